@@ -1,0 +1,71 @@
+# pyspark-s2s developer entry points.
+#
+#   make demo    set up .venv if needed, then run the round-trip demo
+#   make test    set up .venv if needed, then run the whole test suite
+#   make bench   set up .venv if needed, then run the client benchmark
+#   make clean   remove .venv and build/test caches
+#
+# .venv is (re)installed only when setup.cfg or pyproject.toml is newer than its stamp file,
+# so a second run starts at once. pip uses whatever indexes are configured on the machine.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := test
+
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.s2s-installed
+JAVA := $(if $(JAVA_HOME),$(JAVA_HOME)/bin/java,java)
+PYTEST_ARGS ?=
+S2S_PYTEST_STATUS ?=
+
+.PHONY: demo test bench clean venv check-python check-java
+
+demo: check-java venv
+	$(VPY) -m pyspark_s2s.demo
+
+# pytest's exit status 5 ("no tests collected") is a failure here, said in one line;
+# S2S_PYTEST_STATUS (optional) names a file that receives pytest's own exit status (.ci/run uses it).
+test: check-java venv
+	@echo "$(VPY) -m pytest -q $(PYTEST_ARGS)"; \
+	$(VPY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
+	if [ -n "$(S2S_PYTEST_STATUS)" ]; then echo $$rc > "$(S2S_PYTEST_STATUS)"; fi; \
+	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests (exit status 5); that counts as a failure" >&2; fi; \
+	exit $$rc
+
+bench: check-java venv
+	$(VPY) -m bench.client
+
+venv: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml | check-python
+	@if [ ! -x $(VPY) ] || ! $(VPY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then \
+		echo "creating $(VENV) with $$($(PYTHON) --version 2>&1)"; \
+		rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); \
+	fi
+	$(VPY) -m pip install -q -e '.[test]'
+	@touch $@
+
+check-python:
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+		echo "error: Python 3.11 or newer is required; '$(PYTHON)' is $$($(PYTHON) -c 'import sys; print("Python", sys.version.split()[0])' 2>/dev/null || echo "not runnable") (set PYTHON=/path/to/python3.11+)" >&2; \
+		exit 1; }
+
+# Spark (the coming Spark layer and its tests) needs a Java 17+ runtime.
+check-java:
+	@v=$$($(JAVA) -version 2>&1 | sed -n 's/.* version "\([^"]*\)".*/\1/p' | head -n 1); \
+	if [ -z "$$v" ]; then \
+		echo "error: Java 17 or newer is required (Spark needs it) but '$(JAVA)' was not found; install a JDK/JRE 17+ (e.g. openjdk-17-jre-headless) or set JAVA_HOME" >&2; \
+		exit 1; \
+	fi; \
+	major=$${v%%.*}; \
+	if [ "$$major" = 1 ]; then major=$$(echo "$$v" | cut -d. -f2); fi; \
+	major=$${major%%[!0-9]*}; \
+	if [ -z "$$major" ] || [ "$$major" -lt 17 ]; then \
+		echo "error: Java 17 or newer is required (Spark needs it); '$(JAVA)' is Java $$v; install a JDK/JRE 17+ or point JAVA_HOME at one" >&2; \
+		exit 1; \
+	fi
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis .mypy_cache .ruff_cache
+	find . -path ./.git -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
