@@ -1,0 +1,239 @@
+"""Every exception pyspark-s2s raises, under one root: :class:`S2SError`.
+
+Owns: the exception hierarchy, the map from NiFi response codes / HTTP statuses to
+exception classes, and the rule that every error pickles (Spark ships executor errors to
+the driver) and never carries a secret.
+
+Must not import: anything outside the standard library (the protocol core, the client,
+the server and the Spark layer all import this module).
+
+Each error carries context fields that are filled where they are known:
+
+* ``option``       -- the option or setting that was wrong
+* ``peer``         -- the peer's API URL or ``host:port``
+* ``port``         -- the NiFi port name or identifier
+* ``transaction``  -- the transaction id (or URL)
+* ``http_status``  -- the HTTP status the server answered, or should answer
+* ``response_code``-- the NiFi ``ResponseCode`` number involved
+* ``retriable``    -- whether trying again (possibly on another peer) can succeed
+
+``str(error)`` renders the message followed by the known context, so that the one line of
+a traceback that reaches a Spark user says which peer, port and transaction failed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "S2SError",
+    "ConfigError",
+    "ProtocolError",
+    "ChecksumMismatch",
+    "TransactionStateError",
+    "HandshakeError",
+    "UnknownPortError",
+    "PortNotRunningError",
+    "PortDestinationFullError",
+    "UnauthorizedError",
+    "TransactionNotFoundError",
+    "TransportError",
+    "S2STimeoutError",
+    "HTTPStatusError",
+    "NoPeerAvailableError",
+    "error_for_response",
+]
+
+_CONTEXT_FIELDS = ("option", "peer", "port", "transaction", "http_status", "response_code")
+
+
+class S2SError(Exception):
+    """Root of every pyspark-s2s error."""
+
+    #: default for instances that do not say otherwise
+    default_retriable: bool = False
+    #: HTTP status a server answers when this error is raised while serving a request
+    default_http_status: int | None = None
+    #: NiFi response code a server puts in the JSON body for this error
+    default_response_code: int | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        option: str | None = None,
+        peer: str | None = None,
+        port: str | None = None,
+        transaction: str | None = None,
+        http_status: int | None = None,
+        response_code: int | None = None,
+        retriable: bool | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.option = option
+        self.peer = peer
+        self.port = port
+        self.transaction = transaction
+        self.http_status = http_status if http_status is not None else self.default_http_status
+        self.response_code = (
+            response_code if response_code is not None else self.default_response_code
+        )
+        self.retriable = self.default_retriable if retriable is None else retriable
+
+    def context(self) -> dict[str, Any]:
+        """The known context fields (those that are not None)."""
+        return {k: getattr(self, k) for k in _CONTEXT_FIELDS if getattr(self, k) is not None}
+
+    def with_context(self, **fields: Any) -> S2SError:
+        """Fill context fields that are still unknown (never overwrites); returns self."""
+        for key, value in fields.items():
+            if key not in _CONTEXT_FIELDS and key != "retriable":
+                raise TypeError(f"unknown error context field {key!r}")
+            if value is not None and getattr(self, key, None) is None:
+                setattr(self, key, value)
+        return self
+
+    def __str__(self) -> str:
+        ctx = self.context()
+        if not ctx:
+            return self.message
+        return f"{self.message} [" + ", ".join(f"{k}={v}" for k, v in ctx.items()) + "]"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self)!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        kwargs = {k: getattr(self, k) for k in _CONTEXT_FIELDS}
+        kwargs["retriable"] = self.retriable
+        return (_rebuild, (type(self), self.message, kwargs))
+
+
+def _rebuild(cls: type[S2SError], message: str, kwargs: dict[str, Any]) -> S2SError:
+    err = cls.__new__(cls)
+    S2SError.__init__(err, message, **kwargs)
+    return err
+
+
+class ConfigError(S2SError, ValueError):
+    """An option or setting has an invalid value; ``option`` names it."""
+
+
+class ProtocolError(S2SError, ValueError):
+    """Bytes or a response that do not follow the Site-to-Site protocol."""
+
+    default_http_status = 400
+    default_response_code = 250  # ABORT
+
+
+class ChecksumMismatch(ProtocolError):
+    """The two sides computed different CRC32 checksums for a transaction."""
+
+    default_response_code = 19  # BAD_CHECKSUM
+
+
+class TransactionStateError(S2SError, RuntimeError):
+    """An operation is not allowed in the transaction's current state (Java: IllegalStateException)."""
+
+
+class HandshakeError(S2SError):
+    """The server refused to create or continue a transaction."""
+
+    default_http_status = 400
+
+
+class UnknownPortError(HandshakeError):
+    default_http_status = 404
+    default_response_code = 200
+
+
+class PortNotRunningError(HandshakeError):
+    default_http_status = 503
+    default_response_code = 201
+
+
+class PortDestinationFullError(HandshakeError):
+    default_http_status = 503
+    default_response_code = 202
+    default_retriable = True
+
+
+class UnauthorizedError(HandshakeError):
+    default_http_status = 401
+    default_response_code = 240
+
+
+class TransactionNotFoundError(S2SError):
+    """The transaction is unknown to the server or has expired (it was rolled back)."""
+
+    default_http_status = 404
+    default_response_code = 250
+
+
+class TransportError(S2SError, OSError):
+    """The peer could not be reached, or the connection broke."""
+
+    default_retriable = True
+
+    def __init__(self, message: str, **kw: Any) -> None:
+        S2SError.__init__(self, message, **kw)
+
+    def __str__(self) -> str:
+        return S2SError.__str__(self)
+
+
+class S2STimeoutError(TransportError):
+    """A request did not complete within the configured timeout."""
+
+
+class HTTPStatusError(S2SError):
+    """The server answered with an HTTP status this operation does not expect."""
+
+    default_http_status = 500
+    default_response_code = 250
+
+
+class NoPeerAvailableError(S2SError):
+    """No peer could take the transaction (all penalized, unreachable, or none listed)."""
+
+    default_retriable = True
+
+
+# -- response code / HTTP status mapping -------------------------------------------------------
+
+_BY_CODE: dict[int, type[S2SError]] = {
+    200: UnknownPortError,
+    201: PortNotRunningError,
+    202: PortDestinationFullError,
+    240: UnauthorizedError,
+    19: ChecksumMismatch,
+}
+
+
+def error_for_response(
+    http_status: int, response_code: int | None, message: str, **context: Any
+) -> S2SError:
+    """Map a server's error answer to an exception, the way NiFi's client does.
+
+    The body's response code decides first (200 unknown port, 201 port not running,
+    202 destination full, 240 unauthorized, 19 bad checksum); then the HTTP status
+    (401/403 handshake refusal, 404 transaction not found, anything else an
+    :class:`HTTPStatusError`, retriable for 5xx).
+    """
+    cls: type[S2SError] | None = _BY_CODE.get(response_code) if response_code is not None else None
+    retriable: bool | None = None
+    if cls is None:
+        if http_status in (401, 403):
+            cls = UnauthorizedError
+        elif http_status == 404:
+            cls = TransactionNotFoundError
+        else:
+            cls = HTTPStatusError
+            retriable = http_status >= 500
+    return cls(
+        message,
+        http_status=http_status,
+        response_code=response_code,
+        retriable=retriable,
+        **context,
+    )

@@ -1,0 +1,502 @@
+"""The FlowFile packet codec (NiFi's ``StandardFlowFileCodec``, version 1) and the running CRC32.
+
+Owns: the byte layout of one data packet (PROTOCOL.md §3), the transaction checksum
+(§4), an incremental decoder with bounded buffers, and a scanner that indexes many
+packets in one buffer without building per-packet objects (the Arrow fast path).
+
+Packet layout, all integers big-endian and signed::
+
+    int32 attributeCount ; attributeCount x (int32 len, UTF-8 key ; int32 len, UTF-8 value)
+    int64 contentLength  ; contentLength raw bytes
+
+Must not import: anything outside the standard library except ``pyspark_s2s.errors``.
+No I/O: bytes in, events out (h11 style).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from array import array
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, Union
+
+from pyspark_s2s.errors import ProtocolError
+
+__all__ = [
+    "MAX_ATTRIBUTES",
+    "DEFAULT_MAX_HEADER_BYTES",
+    "DEFAULT_INLINE_CONTENT_LIMIT",
+    "DataPacket",
+    "Checksum",
+    "encode_packet",
+    "encode_packet_header",
+    "PacketDecoder",
+    "PacketStart",
+    "ContentChunk",
+    "PacketEnd",
+    "NEED_DATA",
+    "NeedData",
+    "DecoderEvent",
+    "decode_packets",
+    "PacketScan",
+    "scan_packets",
+]
+
+#: NiFi's decoder rejects packets with more attributes than this
+MAX_ATTRIBUTES: Final = 25000
+#: bound on one packet's attribute section (count, keys, values) held while decoding
+DEFAULT_MAX_HEADER_BYTES: Final = 64 << 20
+#: content up to this size is delivered whole in one event; larger content streams in chunks
+DEFAULT_INLINE_CONTENT_LIMIT: Final = 1 << 20
+
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_MAX_CONTENT_LENGTH = (1 << 63) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class DataPacket:
+    """One FlowFile on the wire: its attributes and its whole content."""
+
+    attributes: dict[str, str]
+    content: bytes
+
+    @property
+    def size(self) -> int:
+        return len(self.content)
+
+
+class Checksum:
+    """The running transaction CRC: ``java.util.zip.CRC32`` (the same function as ``zlib.crc32``).
+
+    ``value`` is the unsigned 32-bit value NiFi renders in decimal (PROTOCOL.md §4).
+    """
+
+    __slots__ = ("_crc",)
+
+    def __init__(self, initial: int = 0) -> None:
+        self._crc = initial & 0xFFFFFFFF
+
+    def update(self, data: bytes | bytearray | memoryview) -> None:
+        self._crc = zlib.crc32(data, self._crc)
+
+    @property
+    def value(self) -> int:
+        return self._crc
+
+    def __repr__(self) -> str:
+        return f"Checksum({self._crc})"
+
+
+# -- encoding ---------------------------------------------------------------------------------
+
+
+def _check_length(length: int, what: str) -> None:
+    if length > 0x7FFFFFFF:
+        raise ProtocolError(f"{what} is {length} bytes; the packet format allows at most 2147483647")
+
+
+def encode_packet_header(attributes: Mapping[str, str], content_length: int) -> bytes:
+    """The bytes of a packet up to (not including) its content."""
+    if len(attributes) > MAX_ATTRIBUTES:
+        raise ProtocolError(
+            f"a FlowFile has {len(attributes)} attributes; NiFi accepts at most {MAX_ATTRIBUTES}"
+        )
+    if content_length < 0 or content_length > _MAX_CONTENT_LENGTH:
+        raise ProtocolError(f"invalid content length {content_length}")
+    pack = _I32.pack
+    parts: list[bytes] = [pack(len(attributes))]
+    for key, value in attributes.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(
+                f"FlowFile attributes must be str -> str, got {type(key).__name__} -> "
+                f"{type(value).__name__} for key {key!r}"
+            )
+        k = key.encode("utf-8")
+        v = value.encode("utf-8")
+        _check_length(len(k), f"attribute name {key[:40]!r}")
+        _check_length(len(v), f"value of attribute {key[:40]!r}")
+        parts += (pack(len(k)), k, pack(len(v)), v)
+    parts.append(_I64.pack(content_length))
+    return b"".join(parts)
+
+
+def encode_packet(attributes: Mapping[str, str], content: bytes | bytearray | memoryview) -> bytes:
+    """One whole packet."""
+    return encode_packet_header(attributes, len(content)) + bytes(content)
+
+
+# -- decoding ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PacketStart:
+    """A packet whose content is larger than the inline limit begins; ContentChunks follow."""
+
+    attributes: dict[str, str]
+    content_length: int
+
+
+@dataclass(frozen=True, slots=True)
+class ContentChunk:
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PacketEnd:
+    pass
+
+
+class NeedData:
+    """Sentinel type: the decoder needs more bytes before it can produce an event."""
+
+    _instance: NeedData | None = None
+
+    def __new__(cls) -> NeedData:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+NEED_DATA: Final = NeedData()
+
+DecoderEvent = Union[DataPacket, PacketStart, ContentChunk, PacketEnd, NeedData]
+
+
+def _decode_text(raw: bytes | bytearray | memoryview) -> str:
+    # Java's new String(bytes, UTF_8) replaces malformed input; so do we.
+    return str(raw, "utf-8", "replace")
+
+
+class PacketDecoder:
+    """Incremental packet decoder: ``feed(bytes)``, then call ``next_event()`` until NEED_DATA.
+
+    Memory is bounded by ``max_header_bytes`` plus ``inline_content_limit`` plus the size
+    of one ``feed``: larger content is handed out as :class:`ContentChunk` events as soon
+    as it arrives. Any malformed input raises :class:`ProtocolError`; after that the
+    decoder is unusable.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_attributes: int = MAX_ATTRIBUTES,
+        max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+        inline_content_limit: int = DEFAULT_INLINE_CONTENT_LIMIT,
+    ) -> None:
+        if max_attributes < 0 or max_header_bytes < 12 or inline_content_limit < 0:
+            raise ValueError("decoder limits must be non-negative (max_header_bytes >= 12)")
+        self._max_attributes = max_attributes
+        self._max_header = max_header_bytes
+        self._inline_limit = inline_content_limit
+        self._buf = bytearray()
+        self._pos = 0
+        self._need = 4  # bytes needed from _pos before a header parse can succeed
+        self._remaining = 0  # content bytes still to stream (streaming mode)
+        self._streaming = False
+        self._pending: DataPacket | PacketStart | None = None  # header parsed, content inline
+        self._inline_length = 0
+        self._crc = 0
+        self._packets = 0
+        self._consumed = 0
+        self._failed = False
+        self._eof = False
+
+    # -- state -----------------------------------------------------------------------------
+    @property
+    def checksum(self) -> int:
+        """CRC32 of every byte consumed so far (complete packets and streamed content)."""
+        return self._crc
+
+    @property
+    def packets(self) -> int:
+        """Number of packets completely decoded."""
+        return self._packets
+
+    @property
+    def bytes_consumed(self) -> int:
+        return self._consumed
+
+    @property
+    def at_packet_boundary(self) -> bool:
+        """True when no packet is partly decoded (no buffered bytes, nothing in flight)."""
+        return (
+            not self._streaming and self._pending is None and len(self._buf) - self._pos == 0
+        )
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf) - self._pos
+
+    # -- input -----------------------------------------------------------------------------
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        if self._failed:
+            raise ProtocolError("decoder already failed")
+        if self._eof:
+            raise ProtocolError("data fed after end of stream")
+        if data:
+            if self._pos and self._pos >= len(self._buf) // 2:
+                del self._buf[: self._pos]
+                self._pos = 0
+            self._buf += data
+
+    def end_of_stream(self) -> None:
+        """Declare that no more bytes will come; raises if the stream stopped inside a packet."""
+        self._eof = True
+        if not self.at_packet_boundary:
+            self._failed = True
+            where = (
+                f"inside the content of packet {self._packets + 1}"
+                if self._streaming or self._pending is not None
+                else f"inside the header of packet {self._packets + 1}"
+            )
+            raise ProtocolError(f"stream ended {where} (truncated data)")
+
+    # -- output ----------------------------------------------------------------------------
+    def next_event(self) -> DecoderEvent:
+        if self._failed:
+            raise ProtocolError("decoder already failed")
+        try:
+            return self._next()
+        except ProtocolError:
+            self._failed = True
+            raise
+
+    def events(self) -> list[DecoderEvent]:
+        """Every event available now (without the trailing NEED_DATA)."""
+        out: list[DecoderEvent] = []
+        while True:
+            ev = self.next_event()
+            if ev is NEED_DATA:
+                return out
+            out.append(ev)
+
+    def _consume(self, n: int) -> memoryview:
+        view = memoryview(self._buf)[self._pos : self._pos + n]
+        self._crc = zlib.crc32(view, self._crc)
+        self._pos += n
+        self._consumed += n
+        return view
+
+    def _next(self) -> DecoderEvent:
+        avail = len(self._buf) - self._pos
+        if self._streaming:
+            if self._remaining == 0:
+                self._streaming = False
+                self._packets += 1
+                return PacketEnd()
+            if avail == 0:
+                return NEED_DATA
+            n = min(avail, self._remaining)
+            with self._consume(n) as view:
+                chunk = bytes(view)
+            self._remaining -= n
+            return ContentChunk(chunk)
+        if self._pending is not None:
+            if avail < self._inline_length:
+                return NEED_DATA
+            with self._consume(self._inline_length) as view:
+                content = bytes(view)
+            attrs = self._pending.attributes
+            self._pending = None
+            self._packets += 1
+            return DataPacket(attrs, content)
+        if avail < self._need:
+            if avail > self._max_header:
+                raise ProtocolError(
+                    f"packet {self._packets + 1}: attribute section exceeds {self._max_header} bytes"
+                )
+            return NEED_DATA
+        return self._parse_header(avail)
+
+    def _parse_header(self, avail: int) -> DecoderEvent:
+        buf = self._buf
+        start = self._pos
+        end = start + avail
+        p = start
+        unpack_i32 = _I32.unpack_from
+        count = unpack_i32(buf, p)[0]
+        p += 4
+        if count < 0 or count > self._max_attributes:
+            raise ProtocolError(
+                f"packet {self._packets + 1}: attribute count {count} is outside 0..{self._max_attributes}"
+            )
+        limit = start + self._max_header
+        spans: list[tuple[int, int]] = []
+        for _ in range(count * 2):
+            if p + 4 > end:
+                return self._need_more(p + 4 - start)
+            length = unpack_i32(buf, p)[0]
+            p += 4
+            if length < 0:
+                raise ProtocolError(f"packet {self._packets + 1}: negative attribute length {length}")
+            if p + length > limit:
+                raise ProtocolError(
+                    f"packet {self._packets + 1}: attribute section exceeds {self._max_header} bytes"
+                )
+            if p + length > end:
+                return self._need_more(p + length - start)
+            spans.append((p, length))
+            p += length
+        if p + 8 > end:
+            return self._need_more(p + 8 - start)
+        content_length = _I64.unpack_from(buf, p)[0]
+        p += 8
+        if content_length < 0:
+            raise ProtocolError(f"packet {self._packets + 1}: negative content length {content_length}")
+        attributes: dict[str, str] = {}
+        for i in range(0, len(spans), 2):
+            ks, kl = spans[i]
+            vs, vl = spans[i + 1]
+            attributes[_decode_text(buf[ks : ks + kl])] = _decode_text(buf[vs : vs + vl])
+        self._consume(p - start).release()
+        self._need = 4
+        if content_length <= self._inline_limit:
+            if len(self._buf) - self._pos >= content_length:
+                with self._consume(content_length) as view:
+                    content = bytes(view)
+                self._packets += 1
+                return DataPacket(attributes, content)
+            self._pending = PacketStart(attributes, content_length)
+            self._inline_length = content_length
+            return NEED_DATA
+        self._streaming = True
+        self._remaining = content_length
+        return PacketStart(attributes, content_length)
+
+    def _need_more(self, total: int) -> NeedData:
+        self._need = total
+        if total > self._max_header + 8:
+            raise ProtocolError(
+                f"packet {self._packets + 1}: attribute section exceeds {self._max_header} bytes"
+            )
+        return NEED_DATA
+
+
+def decode_packets(data: bytes | bytearray | memoryview) -> list[DataPacket]:
+    """Decode a whole packet stream held in memory (content delivered whole)."""
+    dec = PacketDecoder(inline_content_limit=_MAX_CONTENT_LENGTH)
+    dec.feed(data)
+    out = [ev for ev in dec.events() if isinstance(ev, DataPacket)]
+    dec.end_of_stream()
+    return out
+
+
+# -- scanning (fast path) -----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class PacketScan:
+    """Offsets of the complete packets found in a buffer, as flat arrays.
+
+    For packet ``i``: its attributes are entries ``attr_offsets[i]:attr_offsets[i+1]`` of
+    ``key_starts/key_lengths/value_starts/value_lengths``; its content is
+    ``buffer[content_starts[i] : content_starts[i] + content_lengths[i]]``. ``consumed`` is
+    the offset after the last complete packet (relative to the buffer start).
+    """
+
+    consumed: int
+    attr_offsets: array[int]
+    key_starts: array[int]
+    key_lengths: array[int]
+    value_starts: array[int]
+    value_lengths: array[int]
+    content_starts: array[int]
+    content_lengths: array[int]
+
+    @property
+    def count(self) -> int:
+        return len(self.content_starts)
+
+
+def scan_packets(
+    buf: bytes | bytearray | memoryview,
+    start: int = 0,
+    *,
+    max_packets: int | None = None,
+    max_attributes: int = MAX_ATTRIBUTES,
+    max_content: int = DEFAULT_INLINE_CONTENT_LIMIT,
+) -> PacketScan:
+    """Index the complete packets in ``buf[start:]`` without decoding strings or copying content.
+
+    Stops at the first incomplete packet, after ``max_packets``, or before a packet whose
+    content exceeds ``max_content`` (the caller decodes that one with :class:`PacketDecoder`).
+    Raises :class:`ProtocolError` for malformed lengths. The CRC is not computed here: the
+    caller runs ``Checksum.update`` over ``buf[start:consumed]`` in one call.
+    """
+    end = len(buf)
+    p = start
+    unpack_i32 = _I32.unpack_from
+    unpack_i64 = _I64.unpack_from
+    attr_offsets = array("q", [0])
+    key_starts = array("q")
+    key_lengths = array("q")
+    value_starts = array("q")
+    value_lengths = array("q")
+    content_starts = array("q")
+    content_lengths = array("q")
+    n_attrs = 0
+    limit = max_packets if max_packets is not None else -1
+    while limit != 0:
+        q = p
+        if q + 4 > end:
+            break
+        count = unpack_i32(buf, q)[0]
+        q += 4
+        if count < 0 or count > max_attributes:
+            raise ProtocolError(f"attribute count {count} is outside 0..{max_attributes}")
+        ok = True
+        for _ in range(count):
+            if q + 4 > end:
+                ok = False
+                break
+            kl = unpack_i32(buf, q)[0]
+            if kl < 0:
+                raise ProtocolError(f"negative attribute length {kl}")
+            ks = q + 4
+            q = ks + kl
+            if q + 4 > end:
+                ok = False
+                break
+            vl = unpack_i32(buf, q)[0]
+            if vl < 0:
+                raise ProtocolError(f"negative attribute length {vl}")
+            vs = q + 4
+            q = vs + vl
+            key_starts.append(ks)
+            key_lengths.append(kl)
+            value_starts.append(vs)
+            value_lengths.append(vl)
+        if not ok or q + 8 > end:
+            del key_starts[n_attrs:], key_lengths[n_attrs:]
+            del value_starts[n_attrs:], value_lengths[n_attrs:]
+            break
+        cl = unpack_i64(buf, q)[0]
+        if cl < 0:
+            raise ProtocolError(f"negative content length {cl}")
+        q += 8
+        if cl > max_content or q + cl > end:
+            del key_starts[n_attrs:], key_lengths[n_attrs:]
+            del value_starts[n_attrs:], value_lengths[n_attrs:]
+            break
+        content_starts.append(q)
+        content_lengths.append(cl)
+        n_attrs += count
+        attr_offsets.append(n_attrs)
+        p = q + cl
+        limit -= 1
+    return PacketScan(
+        p - start,
+        attr_offsets,
+        key_starts,
+        key_lengths,
+        value_starts,
+        value_lengths,
+        content_starts,
+        content_lengths,
+    )
