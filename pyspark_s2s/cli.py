@@ -1,0 +1,108 @@
+"""The ``s2s`` command line: an argparse dispatcher for the subcommands.
+
+Owns: the top-level parser, ``--version``, logging set-up for the command line, and the
+registration of subcommands. Each subcommand module exposes ``register(subparsers)``, adds its
+parser(s) and sets ``func`` (via ``set_defaults(func=...)``) to a callable taking the parsed
+namespace and returning an int exit status:
+
+* ``pyspark_s2s.server.cli``       -- ``serve``
+* ``pyspark_s2s.client.commands``  -- ``send``, ``receive``, ``peers``
+
+Must not import at module level: the client, the server, pyspark, or any third-party package
+(``import pyspark_s2s.cli`` stays cheap; the subcommand modules are imported inside
+:func:`main`). A subcommand module that does not exist yet is skipped, so the command works
+while the project is being built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from pyspark_s2s import __version__
+
+__all__ = ["main", "build_parser", "SUBCOMMAND_MODULES"]
+
+logger = logging.getLogger(__name__)
+
+#: modules whose ``register(subparsers)`` adds subcommands, in help order
+SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "pyspark_s2s.server.cli",
+    "pyspark_s2s.client.commands",
+)
+
+
+def _missing(exc: ModuleNotFoundError, module: str) -> bool:
+    """True when *exc* says that *module* itself (or a package on its path) does not exist.
+
+    A ModuleNotFoundError raised for anything else (say, a third-party dependency the module
+    imports) is a real error and must not be hidden.
+    """
+    name = exc.name or ""
+    return name == module or module.startswith(name + ".")
+
+
+def build_parser(modules: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The top-level parser with every available subcommand registered.
+
+    *modules* defaults to :data:`SUBCOMMAND_MODULES`.
+    """
+    if modules is None:
+        modules = SUBCOMMAND_MODULES
+    parser = argparse.ArgumentParser(
+        prog="s2s",
+        description="Apache NiFi Site-to-Site over HTTP(S): reference server and client commands.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        dest="s2s_verbosity",
+        help="log more (-v: info, -vv: debug); logs go to stderr",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name in modules:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if not _missing(exc, module_name):
+                raise
+            logger.debug("subcommand module %s is not available yet", module_name)
+            continue
+        module.register(subparsers)
+    return parser
+
+
+def _configure_logging(verbosity: int) -> None:
+    level = logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
+    logging.basicConfig(
+        level=level,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``s2s`` command; returns the process exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _configure_logging(args.s2s_verbosity)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        status = func(args)
+    except KeyboardInterrupt:
+        print("s2s: interrupted", file=sys.stderr)
+        return 130
+    return int(status or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised through `python -m pyspark_s2s`
+    sys.exit(main())
