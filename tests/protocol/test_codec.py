@@ -1,0 +1,207 @@
+"""Packet codec: incremental decoding in any split, limits, streaming of large content,
+the fast scanner, and property tests (round trips; any bytes decode or raise ProtocolError)."""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pyspark_s2s.errors import ProtocolError
+from pyspark_s2s.protocol.codec import (
+    NEED_DATA,
+    ContentChunk,
+    DataPacket,
+    PacketDecoder,
+    PacketEnd,
+    PacketStart,
+    decode_packets,
+    encode_packet,
+    encode_packet_header,
+    scan_packets,
+)
+from pyspark_s2s.protocol.stream import packets_of
+
+attributes = st.dictionaries(st.text(max_size=20), st.text(max_size=40), max_size=6)
+packets = st.lists(st.tuples(attributes, st.binary(max_size=300)), max_size=8)
+
+
+def _decode_split(wire: bytes, cuts: list[int], **limits: int) -> tuple[list[DataPacket], int]:
+    dec = PacketDecoder(**limits)
+    events = []
+    prev = 0
+    for cut in sorted(set(c for c in cuts if 0 < c < len(wire))) + [len(wire)]:
+        dec.feed(wire[prev:cut])
+        prev = cut
+        events += dec.events()
+    dec.end_of_stream()
+    return packets_of(events), dec.checksum
+
+
+@given(packets, st.lists(st.integers(min_value=0, max_value=5000), max_size=10))
+def test_round_trip_any_split(pkts: list[tuple[dict[str, str], bytes]], cuts: list[int]) -> None:
+    wire = b"".join(encode_packet(a, c) for a, c in pkts)
+    decoded, crc = _decode_split(wire, cuts)
+    assert [(p.attributes, p.content) for p in decoded] == pkts
+    assert crc == zlib.crc32(wire)
+
+
+@given(packets)
+def test_round_trip_streaming_content(pkts: list[tuple[dict[str, str], bytes]]) -> None:
+    wire = b"".join(encode_packet(a, c) for a, c in pkts)
+    decoded, crc = _decode_split(wire, list(range(0, len(wire), 7)), inline_content_limit=16)
+    assert [(p.attributes, p.content) for p in decoded] == pkts
+    assert crc == zlib.crc32(wire)
+
+
+def test_byte_at_a_time() -> None:
+    pkts = [({"a": "1", "ü": "ß"}, b"x" * 50), ({}, b""), ({"k": ""}, b"\x00\xff")]
+    wire = b"".join(encode_packet(a, c) for a, c in pkts)
+    decoded, crc = _decode_split(wire, list(range(len(wire))))
+    assert [(p.attributes, p.content) for p in decoded] == pkts
+    assert crc == zlib.crc32(wire)
+
+
+def test_large_content_streams_in_chunks_without_buffering_it() -> None:
+    dec = PacketDecoder(inline_content_limit=1024)
+    header = encode_packet_header({"filename": "big"}, 10 * 4096)
+    dec.feed(header)
+    start = dec.next_event()
+    assert start == PacketStart({"filename": "big"}, 10 * 4096)
+    total = 0
+    for _ in range(10):
+        dec.feed(b"z" * 4096)
+        ev = dec.next_event()
+        assert isinstance(ev, ContentChunk) and len(ev.data) == 4096
+        total += len(ev.data)
+        assert dec.buffered == 0
+        if total < 10 * 4096:
+            assert dec.next_event() is NEED_DATA
+    assert isinstance(dec.next_event(), PacketEnd)
+    dec.end_of_stream()
+    assert dec.packets == 1
+
+
+def test_empty_stream_is_zero_packets() -> None:
+    assert decode_packets(b"") == []
+
+
+@pytest.mark.parametrize(
+    "wire, message",
+    [
+        (b"\x00\x00\x00", "header"),  # EOF inside the attribute count
+        (b"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x05abc", "content"),  # content cut
+        (b"\x00\x00\x00\x01\x00\x00\x00\x02a", "header"),  # key cut
+    ],
+)
+def test_truncated_stream_is_an_error(wire: bytes, message: str) -> None:
+    dec = PacketDecoder()
+    dec.feed(wire)
+    dec.events()
+    with pytest.raises(ProtocolError, match=message):
+        dec.end_of_stream()
+
+
+@pytest.mark.parametrize(
+    "wire, message",
+    [
+        (b"\xff\xff\xff\xff", "attribute count -1"),
+        ((25001).to_bytes(4, "big"), "attribute count 25001"),
+        (b"\x00\x00\x00\x01\xff\xff\xff\xfe", "negative attribute length"),
+        (b"\x00\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\xff", "negative content length"),
+    ],
+)
+def test_malformed_lengths_are_protocol_errors(wire: bytes, message: str) -> None:
+    dec = PacketDecoder()
+    dec.feed(wire)
+    with pytest.raises(ProtocolError, match=message):
+        dec.events()
+    with pytest.raises(ProtocolError):
+        dec.next_event()  # a failed decoder stays failed
+
+
+def test_attribute_section_is_bounded() -> None:
+    dec = PacketDecoder(max_header_bytes=1024)
+    dec.feed(b"\x00\x00\x00\x01" + (100_000).to_bytes(4, "big"))
+    with pytest.raises(ProtocolError, match="exceeds 1024 bytes"):
+        dec.events()
+
+
+def test_attribute_count_limit_is_configurable() -> None:
+    dec = PacketDecoder(max_attributes=2)
+    dec.feed(encode_packet({"a": "1", "b": "2", "c": "3"}, b""))
+    with pytest.raises(ProtocolError, match="outside 0..2"):
+        dec.events()
+
+
+def test_duplicate_keys_last_wins_and_bad_utf8_is_replaced() -> None:
+    wire = (
+        b"\x00\x00\x00\x02"
+        + b"\x00\x00\x00\x01k\x00\x00\x00\x01a"
+        + b"\x00\x00\x00\x01k\x00\x00\x00\x02\xff\xfe"
+        + b"\x00" * 8
+    )
+    [pkt] = decode_packets(wire)
+    assert pkt.attributes == {"k": "\ufffd\ufffd"}
+
+
+def test_encoder_rejects_non_string_attributes_and_too_many() -> None:
+    with pytest.raises(TypeError, match="str -> str"):
+        encode_packet({"n": 1}, b"")  # type: ignore[dict-item]
+    with pytest.raises(ProtocolError, match="25001 attributes"):
+        encode_packet({str(i): "" for i in range(25001)}, b"")
+
+
+@given(packets, st.integers(min_value=0, max_value=50))
+def test_scan_matches_decoder(pkts: list[tuple[dict[str, str], bytes]], cut: int) -> None:
+    wire = b"".join(encode_packet(a, c) for a, c in pkts)
+    truncated = wire[: max(0, len(wire) - cut)]
+    scan = scan_packets(truncated)
+    full = decode_packets(truncated[: scan.consumed])
+    assert scan.count == len(full)
+    for i, pkt in enumerate(full):
+        lo, hi = scan.attr_offsets[i], scan.attr_offsets[i + 1]
+        attrs = {
+            truncated[scan.key_starts[j] : scan.key_starts[j] + scan.key_lengths[j]].decode(): truncated[
+                scan.value_starts[j] : scan.value_starts[j] + scan.value_lengths[j]
+            ].decode()
+            for j in range(lo, hi)
+        }
+        assert attrs == pkt.attributes
+        s = scan.content_starts[i]
+        assert truncated[s : s + scan.content_lengths[i]] == pkt.content
+    if cut == 0:
+        assert scan.consumed == len(wire)
+
+
+def test_scan_stops_before_content_over_limit() -> None:
+    wire = encode_packet({}, b"a" * 10) + encode_packet({}, b"b" * 100) + encode_packet({}, b"c")
+    scan = scan_packets(wire, max_content=50)
+    assert scan.count == 1 and scan.consumed == len(encode_packet({}, b"a" * 10))
+    assert scan_packets(wire, max_packets=2, max_content=1000).count == 2
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=400), st.integers(min_value=1, max_value=64))
+def test_fuzz_any_bytes_decode_or_protocol_error(data: bytes, step: int) -> None:
+    dec = PacketDecoder(max_header_bytes=4096, inline_content_limit=64)
+    try:
+        for i in range(0, len(data), step):
+            dec.feed(data[i : i + step])
+            dec.events()
+        dec.end_of_stream()
+    except ProtocolError:
+        return
+    assert dec.bytes_consumed == len(data)
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=400))
+def test_fuzz_scanner_any_bytes(data: bytes) -> None:
+    try:
+        scan = scan_packets(data, max_content=1 << 20)
+    except ProtocolError:
+        return
+    assert 0 <= scan.consumed <= len(data)
