@@ -42,20 +42,20 @@ from typing import Generic, TypeVar
 from pyspark_s2s.errors import TransactionStateError
 
 __all__ = [
-    "ClientState",
-    "ClientEvent",
-    "CLIENT_SEND",
     "CLIENT_RECEIVE",
-    "ServerState",
-    "ServerEvent",
+    "CLIENT_SEND",
     "SERVER",
-    "TransitionTable",
+    "ClientEvent",
+    "ClientState",
+    "ServerEvent",
+    "ServerState",
     "TransactionStateMachine",
-    "terminal_states",
-    "is_expired",
-    "expires_at",
-    "to_mermaid",
+    "TransitionTable",
     "diagrams_markdown",
+    "expires_at",
+    "is_expired",
+    "terminal_states",
+    "to_mermaid",
 ]
 
 logger = logging.getLogger(__name__)
@@ -219,7 +219,7 @@ class TransactionStateMachine(Generic[S, E]):
     ``transaction`` (an id or URL) is only used as context in errors and debug logs.
     """
 
-    __slots__ = ("_table", "_state", "_terminal", "transaction")
+    __slots__ = ("_state", "_table", "_terminal", "transaction")
 
     def __init__(
         self,

@@ -322,7 +322,7 @@ def test_expires_at_is_first_expired_instant() -> None:
 def test_mermaid_lists_every_transition() -> None:
     text = to_mermaid(CLIENT_SEND, C.STARTED)
     assert text.startswith("stateDiagram-v2\n    [*] --> STARTED\n")
-    edges = re.findall(r"^    (\w+) --> (\w+): (.+)$", text, re.M)
+    edges = re.findall(r"^    (\w+) --> (\w+): (.+)$", text, re.MULTILINE)
     drawn = {(src, event, dst) for src, dst, events in edges for event in events.split(", ")}
     assert drawn == {(s.name, e.name, d.name) for (s, e), d in CLIENT_SEND.items()}
     for state in (C.COMPLETED, C.CANCELED, C.ERROR):
