@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import struct
 import zlib
-from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Union
@@ -392,26 +391,28 @@ def decode_packets(data: bytes | bytearray | memoryview) -> list[DataPacket]:
 
 @dataclass(slots=True)
 class PacketScan:
-    """Offsets of the complete packets found in a buffer, as flat arrays.
+    """Where the complete packets of a buffer lie, as flat lists of absolute offsets.
 
-    For packet ``i``: its attributes are entries ``attr_offsets[i]:attr_offsets[i+1]`` of
-    ``key_starts/key_lengths/value_starts/value_lengths``; its content is
-    ``buffer[content_starts[i] : content_starts[i] + content_lengths[i]]``. ``consumed`` is
-    the offset after the last complete packet (relative to the buffer start).
+    * ``attr_bounds``: ``[key_start, key_end, value_start, value_end, ...]`` for every
+      attribute of every packet, in stream order (so strictly increasing);
+    * ``attr_offsets``: packet ``i`` owns attributes ``attr_offsets[i]:attr_offsets[i+1]``
+      (entry ``j`` is ``attr_bounds[4*j : 4*j+4]``);
+    * ``content_bounds``: ``[content_start, content_end, ...]``, one pair per packet;
+    * ``consumed``: bytes from ``start`` to the end of the last complete packet.
+
+    Because the bounds increase, a consumer can lay an Arrow binary array over the whole
+    buffer with the bounds as its offsets and ``take`` every 2nd (content) or 4th (key,
+    value) element: no per-packet Python objects (the receive fast path).
     """
 
     consumed: int
-    attr_offsets: array[int]
-    key_starts: array[int]
-    key_lengths: array[int]
-    value_starts: array[int]
-    value_lengths: array[int]
-    content_starts: array[int]
-    content_lengths: array[int]
+    attr_offsets: list[int]
+    attr_bounds: list[int]
+    content_bounds: list[int]
 
     @property
     def count(self) -> int:
-        return len(self.content_starts)
+        return len(self.content_bounds) // 2
 
 
 def scan_packets(
@@ -427,76 +428,53 @@ def scan_packets(
     Stops at the first incomplete packet, after ``max_packets``, or before a packet whose
     content exceeds ``max_content`` (the caller decodes that one with :class:`PacketDecoder`).
     Raises :class:`ProtocolError` for malformed lengths. The CRC is not computed here: the
-    caller runs ``Checksum.update`` over ``buf[start:consumed]`` in one call.
+    caller runs ``Checksum.update`` over ``buf[start:start + consumed]`` in one call.
     """
     end = len(buf)
     p = start
     unpack_i32 = _I32.unpack_from
     unpack_i64 = _I64.unpack_from
-    attr_offsets = array("q", [0])
-    key_starts = array("q")
-    key_lengths = array("q")
-    value_starts = array("q")
-    value_lengths = array("q")
-    content_starts = array("q")
-    content_lengths = array("q")
+    attr_offsets = [0]
+    bounds: list[int] = []
+    content: list[int] = []
+    add_bounds = bounds.extend
+    add_content = content.extend
+    add_offset = attr_offsets.append
     n_attrs = 0
-    limit = max_packets if max_packets is not None else -1
-    while limit != 0:
-        q = p
-        if q + 4 > end:
-            break
-        count = unpack_i32(buf, q)[0]
-        q += 4
+    left = max_packets if max_packets is not None else -1
+    # Hot loop: one pass, bounds checked by struct.error at the end of the buffer.
+    while left != 0 and p + 4 <= end:
+        (count,) = unpack_i32(buf, p)
+        q = p + 4
         if count < 0 or count > max_attributes:
             raise ProtocolError(f"attribute count {count} is outside 0..{max_attributes}")
-        ok = True
-        for _ in range(count):
-            if q + 4 > end:
-                ok = False
-                break
-            kl = unpack_i32(buf, q)[0]
-            if kl < 0:
-                raise ProtocolError(f"negative attribute length {kl}")
-            ks = q + 4
-            q = ks + kl
-            if q + 4 > end:
-                ok = False
-                break
-            vl = unpack_i32(buf, q)[0]
-            if vl < 0:
-                raise ProtocolError(f"negative attribute length {vl}")
-            vs = q + 4
-            q = vs + vl
-            key_starts.append(ks)
-            key_lengths.append(kl)
-            value_starts.append(vs)
-            value_lengths.append(vl)
-        if not ok or q + 8 > end:
-            del key_starts[n_attrs:], key_lengths[n_attrs:]
-            del value_starts[n_attrs:], value_lengths[n_attrs:]
+        mark = len(bounds)
+        try:
+            for _ in range(count):
+                (kl,) = unpack_i32(buf, q)
+                if kl < 0:
+                    raise ProtocolError(f"negative attribute length {kl}")
+                ks = q + 4
+                q = ks + kl
+                (vl,) = unpack_i32(buf, q)
+                if vl < 0:
+                    raise ProtocolError(f"negative attribute length {vl}")
+                vs = q + 4
+                add_bounds((ks, q, vs, vs + vl))
+                q = vs + vl
+            (cl,) = unpack_i64(buf, q)
+        except struct.error:
+            del bounds[mark:]
             break
-        cl = unpack_i64(buf, q)[0]
         if cl < 0:
             raise ProtocolError(f"negative content length {cl}")
         q += 8
         if cl > max_content or q + cl > end:
-            del key_starts[n_attrs:], key_lengths[n_attrs:]
-            del value_starts[n_attrs:], value_lengths[n_attrs:]
+            del bounds[mark:]
             break
-        content_starts.append(q)
-        content_lengths.append(cl)
-        n_attrs += count
-        attr_offsets.append(n_attrs)
         p = q + cl
-        limit -= 1
-    return PacketScan(
-        p - start,
-        attr_offsets,
-        key_starts,
-        key_lengths,
-        value_starts,
-        value_lengths,
-        content_starts,
-        content_lengths,
-    )
+        add_content((q, p))
+        n_attrs += count
+        add_offset(n_attrs)
+        left -= 1
+    return PacketScan(p - start, attr_offsets, bounds, content)

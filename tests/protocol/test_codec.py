@@ -161,17 +161,17 @@ def test_scan_matches_decoder(pkts: list[tuple[dict[str, str], bytes]], cut: int
     scan = scan_packets(truncated)
     full = decode_packets(truncated[: scan.consumed])
     assert scan.count == len(full)
+    assert scan.attr_bounds == sorted(scan.attr_bounds)
     for i, pkt in enumerate(full):
         lo, hi = scan.attr_offsets[i], scan.attr_offsets[i + 1]
+        b = scan.attr_bounds
         attrs = {
-            truncated[scan.key_starts[j] : scan.key_starts[j] + scan.key_lengths[j]].decode(): truncated[
-                scan.value_starts[j] : scan.value_starts[j] + scan.value_lengths[j]
-            ].decode()
+            truncated[b[4 * j] : b[4 * j + 1]].decode(): truncated[b[4 * j + 2] : b[4 * j + 3]].decode()
             for j in range(lo, hi)
         }
         assert attrs == pkt.attributes
-        s = scan.content_starts[i]
-        assert truncated[s : s + scan.content_lengths[i]] == pkt.content
+        cs, ce = scan.content_bounds[2 * i : 2 * i + 2]
+        assert truncated[cs:ce] == pkt.content
     if cut == 0:
         assert scan.consumed == len(wire)
 
