@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from pyspark_s2s import __version__
 
-__all__ = ["main", "build_parser", "SUBCOMMAND_MODULES"]
+__all__ = ["SUBCOMMAND_MODULES", "build_parser", "main"]
 
 logger = logging.getLogger(__name__)
 

@@ -129,9 +129,8 @@ def violations(current: str, imported: list[Import]) -> list[str]:
                 or imp.module == f"{PACKAGE}.errors"
             ):
                 out.append(f"{where}: protocol/ may import only the stdlib, errors and protocol")
-        elif current == f"{PACKAGE}.errors":
-            if top not in STDLIB:
-                out.append(f"{where}: errors may import only the stdlib")
+        elif current == f"{PACKAGE}.errors" and top not in STDLIB:
+            out.append(f"{where}: errors may import only the stdlib")
         if top in SPARK_TOP_LEVEL and not _within(current, f"{PACKAGE}.spark"):
             out.append(f"{where}: only {PACKAGE}.spark may import pyspark")
         if _within(current, f"{PACKAGE}.client") and _within(imp.module, f"{PACKAGE}.server"):
