@@ -21,7 +21,7 @@ _LAZY = {
     "DataPacket": ("pyspark_s2s.protocol.codec", "DataPacket"),
 }
 
-__all__ = ["__version__", *_LAZY]
+__all__ = ["DataPacket", "SiteToSiteClient", "SiteToSiteClientConfig", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

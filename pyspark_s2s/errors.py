@@ -26,21 +26,21 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
-    "S2SError",
-    "ConfigError",
-    "ProtocolError",
     "ChecksumMismatch",
-    "TransactionStateError",
-    "HandshakeError",
-    "UnknownPortError",
-    "PortNotRunningError",
-    "PortDestinationFullError",
-    "UnauthorizedError",
-    "TransactionNotFoundError",
-    "TransportError",
-    "S2STimeoutError",
+    "ConfigError",
     "HTTPStatusError",
+    "HandshakeError",
     "NoPeerAvailableError",
+    "PortDestinationFullError",
+    "PortNotRunningError",
+    "ProtocolError",
+    "S2SError",
+    "S2STimeoutError",
+    "TransactionNotFoundError",
+    "TransactionStateError",
+    "TransportError",
+    "UnauthorizedError",
+    "UnknownPortError",
     "error_for_response",
 ]
 

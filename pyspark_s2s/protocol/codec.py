@@ -19,27 +19,27 @@ import struct
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, Union
+from typing import Final
 
 from pyspark_s2s.errors import ProtocolError
 
 __all__ = [
-    "MAX_ATTRIBUTES",
-    "DEFAULT_MAX_HEADER_BYTES",
     "DEFAULT_INLINE_CONTENT_LIMIT",
-    "DataPacket",
+    "DEFAULT_MAX_HEADER_BYTES",
+    "MAX_ATTRIBUTES",
+    "NEED_DATA",
     "Checksum",
+    "ContentChunk",
+    "DataPacket",
+    "DecoderEvent",
+    "NeedData",
+    "PacketDecoder",
+    "PacketEnd",
+    "PacketScan",
+    "PacketStart",
+    "decode_packets",
     "encode_packet",
     "encode_packet_header",
-    "PacketDecoder",
-    "PacketStart",
-    "ContentChunk",
-    "PacketEnd",
-    "NEED_DATA",
-    "NeedData",
-    "DecoderEvent",
-    "decode_packets",
-    "PacketScan",
     "scan_packets",
 ]
 
@@ -151,12 +151,7 @@ class PacketEnd:
 class NeedData:
     """Sentinel type: the decoder needs more bytes before it can produce an event."""
 
-    _instance: NeedData | None = None
-
-    def __new__(cls) -> NeedData:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
+    __slots__ = ()
 
     def __repr__(self) -> str:
         return "NEED_DATA"
@@ -164,7 +159,7 @@ class NeedData:
 
 NEED_DATA: Final = NeedData()
 
-DecoderEvent = Union[DataPacket, PacketStart, ContentChunk, PacketEnd, NeedData]
+DecoderEvent = DataPacket | PacketStart | ContentChunk | PacketEnd | NeedData
 
 
 def _decode_text(raw: bytes | bytearray | memoryview) -> str:

@@ -13,15 +13,15 @@ import json
 from dataclasses import dataclass
 
 __all__ = [
-    "ResponseCode",
+    "DEFAULT_BATCH_DURATION_MS",
+    "DEFAULT_REQUEST_EXPIRATION_MS",
+    "DEFAULT_TTL_SECONDS",
+    "TRANSACTION_PROTOCOL_VERSION",
+    "TRANSPORT_VERSIONS",
     "Direction",
     "Header",
+    "ResponseCode",
     "TransactionResult",
-    "TRANSPORT_VERSIONS",
-    "TRANSACTION_PROTOCOL_VERSION",
-    "DEFAULT_BATCH_DURATION_MS",
-    "DEFAULT_TTL_SECONDS",
-    "DEFAULT_REQUEST_EXPIRATION_MS",
 ]
 
 #: transport protocol versions (the HTTP header) a NiFi 1.x/2.x server supports, preferred first

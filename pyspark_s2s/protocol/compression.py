@@ -16,19 +16,19 @@ from __future__ import annotations
 
 import struct
 import zlib
-from typing import Final, Union
+from typing import Final
 
 from pyspark_s2s.errors import ProtocolError
 
 __all__ = [
-    "SYNC",
     "CHUNK_SIZE",
     "DEFAULT_MAX_CHUNK",
+    "FRAME_END",
+    "SYNC",
+    "FrameEnd",
+    "FrameReader",
     "FrameWriter",
     "frame_packet",
-    "FrameReader",
-    "FRAME_END",
-    "FrameEnd",
 ]
 
 SYNC: Final = b"SYNC"
@@ -97,12 +97,7 @@ def frame_packet(packet: bytes | bytearray | memoryview) -> bytes:
 class FrameEnd:
     """Event: a frame (one packet, when the sender follows NiFi) ended."""
 
-    _instance: FrameEnd | None = None
-
-    def __new__(cls) -> FrameEnd:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
+    __slots__ = ()
 
     def __repr__(self) -> str:
         return "FRAME_END"
@@ -111,7 +106,7 @@ class FrameEnd:
 FRAME_END: Final = FrameEnd()
 
 _NEED = None
-ReaderEvent = Union[bytes, FrameEnd, None]
+ReaderEvent = bytes | FrameEnd | None
 
 _ST_SYNC, _ST_DATA, _ST_INDICATOR = 0, 1, 2
 

@@ -16,13 +16,13 @@ from pyspark_s2s.protocol.codes import Direction
 
 __all__ = [
     "API_SUFFIX",
-    "site_info_path",
-    "peers_path",
-    "transactions_path",
-    "transaction_path",
-    "flow_files_path",
     "DataTransferPath",
+    "flow_files_path",
     "match_data_transfer_path",
+    "peers_path",
+    "site_info_path",
+    "transaction_path",
+    "transactions_path",
 ]
 
 API_SUFFIX = "/nifi-api"

@@ -27,9 +27,14 @@ from pyspark_s2s.protocol.codec import (
     PacketStart,
     encode_packet_header,
 )
-from pyspark_s2s.protocol.compression import DEFAULT_MAX_CHUNK, FRAME_END, FrameReader, FrameWriter
+from pyspark_s2s.protocol.compression import (
+    DEFAULT_MAX_CHUNK,
+    FRAME_END,
+    FrameReader,
+    FrameWriter,
+)
 
-__all__ = ["PacketStreamEncoder", "PacketStreamDecoder", "packets_of"]
+__all__ = ["PacketStreamDecoder", "PacketStreamEncoder", "packets_of"]
 
 
 class PacketStreamEncoder:
@@ -208,9 +213,8 @@ class PacketStreamDecoder:
             out.append(ev)
 
     def end_of_stream(self) -> None:
-        if self._frames is not None:
-            if self._frames.end_of_stream() is FRAME_END:
-                self._frame_ended()
+        if self._frames is not None and self._frames.end_of_stream() is FRAME_END:
+            self._frame_ended()
         self._packets.end_of_stream()
 
 

@@ -32,7 +32,7 @@ def _decode_split(wire: bytes, cuts: list[int], **limits: int) -> tuple[list[Dat
     dec = PacketDecoder(**limits)
     events = []
     prev = 0
-    for cut in sorted(set(c for c in cuts if 0 < c < len(wire))) + [len(wire)]:
+    for cut in sorted({c for c in cuts if 0 < c < len(wire)}) + [len(wire)]:
         dec.feed(wire[prev:cut])
         prev = cut
         events += dec.events()

@@ -12,8 +12,18 @@ from hypothesis import strategies as st
 
 from pyspark_s2s.errors import ProtocolError
 from pyspark_s2s.protocol.codec import encode_packet
-from pyspark_s2s.protocol.compression import CHUNK_SIZE, FRAME_END, FrameReader, FrameWriter, frame_packet
-from pyspark_s2s.protocol.stream import PacketStreamDecoder, PacketStreamEncoder, packets_of
+from pyspark_s2s.protocol.compression import (
+    CHUNK_SIZE,
+    FRAME_END,
+    FrameReader,
+    FrameWriter,
+    frame_packet,
+)
+from pyspark_s2s.protocol.stream import (
+    PacketStreamDecoder,
+    PacketStreamEncoder,
+    packets_of,
+)
 
 
 def _chunks(frame: bytes) -> list[tuple[int, int]]:

@@ -10,9 +10,19 @@ import zlib
 
 import pytest
 
-from pyspark_s2s.protocol.codec import Checksum, DataPacket, PacketDecoder, decode_packets, encode_packet
-from pyspark_s2s.protocol.compression import FrameReader, frame_packet, FRAME_END
-from pyspark_s2s.protocol.stream import PacketStreamDecoder, PacketStreamEncoder, packets_of
+from pyspark_s2s.protocol.codec import (
+    Checksum,
+    DataPacket,
+    PacketDecoder,
+    decode_packets,
+    encode_packet,
+)
+from pyspark_s2s.protocol.compression import FRAME_END, FrameReader, frame_packet
+from pyspark_s2s.protocol.stream import (
+    PacketStreamDecoder,
+    PacketStreamEncoder,
+    packets_of,
+)
 
 # §3 worked example: 0 attributes, content "contents on server 1"
 SERVER_1_HEX = "00000000" "0000000000000014" "636f6e74656e7473206f6e207365727665722031"
