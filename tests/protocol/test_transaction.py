@@ -10,6 +10,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pyspark_s2s.errors import TransactionStateError
 from pyspark_s2s.protocol.transaction import (
@@ -130,6 +132,27 @@ def test_every_state_event_pair(name, table, states, events, expected) -> None:
             assert machine.handle(event) is want
             assert machine.state is want
     assert legal == len(table)  # the table holds nothing beyond the rules
+
+
+@pytest.mark.parametrize("name,table,states,events,expected", CASES, ids=[c[0] for c in CASES])
+@given(data=st.data())
+def test_random_event_sequences(name, table, states, events, expected, data) -> None:
+    """Any sequence of events: legal ones move as the rules say, illegal ones raise and change
+    nothing, and a terminal state accepts nothing."""
+    initial = next(iter(states))
+    machine = TransactionStateMachine(table, initial)
+    sequence = data.draw(st.lists(st.sampled_from(list(events)), max_size=12))
+    state = initial
+    for event in sequence:
+        want = expected(state, event)
+        if want is None:
+            with pytest.raises(TransactionStateError):
+                machine.handle(event)
+        else:
+            machine.handle(event)
+            state = want
+        assert machine.state is state
+        assert machine.is_terminal == (not machine.allowed())
 
 
 def test_terminal_states() -> None:
