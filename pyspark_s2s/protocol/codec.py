@@ -162,11 +162,6 @@ NEED_DATA: Final = NeedData()
 DecoderEvent = DataPacket | PacketStart | ContentChunk | PacketEnd | NeedData
 
 
-def _decode_text(raw: bytes | bytearray | memoryview) -> str:
-    # Java's new String(bytes, UTF_8) replaces malformed input; so do we.
-    return str(raw, "utf-8", "replace")
-
-
 class PacketDecoder:
     """Incremental packet decoder: ``feed(bytes)``, then call ``next_event()`` until NEED_DATA.
 
@@ -312,56 +307,75 @@ class PacketDecoder:
         buf = self._buf
         start = self._pos
         end = start + avail
-        p = start
         unpack_i32 = _I32.unpack_from
-        count = unpack_i32(buf, p)[0]
-        p += 4
+        (count,) = unpack_i32(buf, start)
         if count < 0 or count > self._max_attributes:
             raise ProtocolError(
                 f"packet {self._packets + 1}: attribute count {count} is outside 0..{self._max_attributes}"
             )
         limit = start + self._max_header
-        spans: list[tuple[int, int]] = []
-        for _ in range(count * 2):
-            if p + 4 > end:
-                return self._need_more(p + 4 - start)
-            length = unpack_i32(buf, p)[0]
-            p += 4
-            if length < 0:
-                raise ProtocolError(f"packet {self._packets + 1}: negative attribute length {length}")
-            if p + length > limit:
-                raise ProtocolError(
-                    f"packet {self._packets + 1}: attribute section exceeds {self._max_header} bytes"
-                )
-            if p + length > end:
-                return self._need_more(p + length - start)
-            spans.append((p, length))
-            p += length
-        if p + 8 > end:
-            return self._need_more(p + 8 - start)
-        content_length = _I64.unpack_from(buf, p)[0]
-        p += 8
-        if content_length < 0:
-            raise ProtocolError(f"packet {self._packets + 1}: negative content length {content_length}")
+        p = start + 4
         attributes: dict[str, str] = {}
-        for i in range(0, len(spans), 2):
-            ks, kl = spans[i]
-            vs, vl = spans[i + 1]
-            attributes[_decode_text(buf[ks : ks + kl])] = _decode_text(buf[vs : vs + vl])
-        self._consume(p - start).release()
-        self._need = 4
-        if content_length <= self._inline_limit:
-            if len(self._buf) - self._pos >= content_length:
-                with self._consume(content_length) as view:
-                    content = bytes(view)
+        with memoryview(buf) as view:
+            # Malformed UTF-8 is replaced (U+FFFD), as Java's new String(bytes, UTF_8) does.
+            # Strings are decoded as they are found: for the usual case (whole packets in the
+            # buffer) this is one pass; an incomplete header is parsed again when more arrives,
+            # but only once enough bytes are there (self._need).
+            for _ in range(count):
+                if p + 4 > end:
+                    return self._need_more(p + 4 - start)
+                (kl,) = unpack_i32(buf, p)
+                ks = p + 4
+                p = ks + kl
+                if kl < 0 or p > limit:
+                    raise self._bad_length(kl)
+                if p + 4 > end:
+                    return self._need_more(p + 4 - start)
+                (vl,) = unpack_i32(buf, p)
+                vs = p + 4
+                p = vs + vl
+                if vl < 0 or p > limit:
+                    raise self._bad_length(vl)
+                if p > end:
+                    return self._need_more(p - start)
+                attributes[str(view[ks : ks + kl], "utf-8", "replace")] = str(
+                    view[vs:p], "utf-8", "replace"
+                )
+            if p + 8 > end:
+                return self._need_more(p + 8 - start)
+            (content_length,) = _I64.unpack_from(buf, p)
+            if content_length < 0:
+                raise ProtocolError(
+                    f"packet {self._packets + 1}: negative content length {content_length}"
+                )
+            p += 8
+            self._need = 4
+            total = p + content_length
+            if content_length <= self._inline_limit and total <= end:
+                # the common case: a whole small packet is buffered; one CRC call, one copy
+                self._crc = zlib.crc32(view[start:total], self._crc)
+                content = bytes(view[p:total])
+                self._pos = total
+                self._consumed += total - start
                 self._packets += 1
                 return DataPacket(attributes, content)
+            self._crc = zlib.crc32(view[start:p], self._crc)
+        self._pos = p
+        self._consumed += p - start
+        if content_length <= self._inline_limit:
             self._pending = PacketStart(attributes, content_length)
             self._inline_length = content_length
             return NEED_DATA
         self._streaming = True
         self._remaining = content_length
         return PacketStart(attributes, content_length)
+
+    def _bad_length(self, length: int) -> ProtocolError:
+        if length < 0:
+            return ProtocolError(f"packet {self._packets + 1}: negative attribute length {length}")
+        return ProtocolError(
+            f"packet {self._packets + 1}: attribute section exceeds {self._max_header} bytes"
+        )
 
     def _need_more(self, total: int) -> NeedData:
         self._need = total
