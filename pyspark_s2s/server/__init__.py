@@ -1,0 +1,13 @@
+"""The reference NiFi Site-to-Site (HTTP) server: ``s2s serve`` / ``python -m pyspark_s2s.server``.
+
+Owns: ``model`` (cluster, nodes, ports, queues, transactions), ``http`` (endpoints, body
+streaming), ``app`` (listeners, TTL cleanup), ``admin`` (the JSON admin API), ``tls`` (key
+material, policies), ``faults`` (fault injection), ``cli`` (the command). See docs/server.md.
+
+Must not import: ``pyspark_s2s.client`` (the client must never share code paths with the server
+it is tested against, beyond the protocol core) or any third-party package at import time.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []

@@ -1,0 +1,349 @@
+"""The admin API of the reference server (JSON under ``/s2s-admin`` on every node).
+
+Owns: the admin routes: status, transaction history, port stop/start/capacity, queue fill /
+list / drain, node add/remove/stop/start, faults, forced expiry, reset. Documented in
+``docs/server.md``. It is the only way tests reach the server's internals.
+
+Must not import: ``pyspark_s2s.client``, third-party packages.
+
+The admin API needs no credentials (it is a test server; bind it to loopback). Errors are
+``{"error": "<message>"}`` with 400 (bad request), 404 (unknown node/port/transaction/route)
+or 409 (state conflict).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import os
+import re
+import resource
+from typing import TYPE_CHECKING, Any
+
+from pyspark_s2s.errors import ConfigError
+from pyspark_s2s.protocol.transaction import ServerState
+from pyspark_s2s.server.faults import Fault
+from pyspark_s2s.server.model import RUNNING, STOPPED, Content, ContentWriter, FlowFile, Node
+
+if TYPE_CHECKING:
+    from pyspark_s2s.server.http import S2SHandler
+
+__all__ = ["handle", "process_memory"]
+
+MAX_ADMIN_BODY = 64 << 20
+
+
+class AdminError(Exception):
+    """Internal: an admin request failed with ``status``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def process_memory() -> dict[str, int]:
+    """Current and peak resident set size of this process, in bytes."""
+    rss = 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    try:
+        with open(f"/proc/{os.getpid()}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1]) * 1024
+                elif line.startswith("VmHWM:"):
+                    peak = int(line.split()[1]) * 1024
+    except OSError:
+        pass  # not Linux: ru_maxrss is the best we have
+    return {"pid": os.getpid(), "rssBytes": rss, "peakRssBytes": peak}
+
+
+def _read_json(h: S2SHandler) -> dict[str, Any]:
+    chunks = []
+    size = 0
+    while True:
+        data = h.body.read()
+        if not data:
+            break
+        size += len(data)
+        if size > MAX_ADMIN_BODY:
+            raise AdminError(400, "admin request body too large")
+        chunks.append(data)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise AdminError(400, f"invalid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise AdminError(400, "JSON body must be an object")
+    return body
+
+
+def _int_or_none(value: Any, what: str) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise AdminError(400, f"{what} must be an integer") from None
+
+
+def _nodes_for(h: S2SHandler, node: int | None) -> list[Node]:
+    cluster = h.app.cluster
+    if node is None:
+        return [n for n in cluster.nodes if not n.removed]
+    found = cluster.node(node)
+    if found is None:
+        raise AdminError(404, f"no node {node}")
+    return [found]
+
+
+def _one_node(h: S2SHandler, node: int | None) -> Node:
+    if node is None:
+        return h.node
+    return _nodes_for(h, node)[0]
+
+
+def _status(h: S2SHandler) -> dict[str, Any]:
+    cluster = h.app.cluster
+    with cluster.lock:
+        nodes = [
+            {
+                "index": n.index,
+                "url": n.url,
+                "alive": n.alive,
+                "port": n.port_number,
+                "queued": n.queued(),
+                "activeTransactions": len(n.transactions),
+                "ports": [p.describe() for p in n.ports.values()],
+            }
+            for n in cluster.nodes
+            if not n.removed
+        ]
+    return {
+        "nodes": nodes,
+        "ttl": cluster.ttl,
+        "secure": h.app.secure,
+        "process": process_memory(),
+        "faults": h.app.faults.list(),
+    }
+
+
+def _flowfile_json(ff: FlowFile, with_content: bool) -> dict[str, Any]:
+    digest = hashlib.sha256()
+    data = bytearray() if with_content else None
+    for piece in ff.content.chunks():
+        digest.update(piece)
+        if data is not None:
+            data += piece
+    out: dict[str, Any] = {
+        "attributes": dict(ff.attributes),
+        "size": ff.size,
+        "sha256": digest.hexdigest(),
+    }
+    if data is not None:
+        out["content"] = base64.b64encode(bytes(data)).decode("ascii")
+    return out
+
+
+def _make_flowfiles(body: dict[str, Any]) -> list[FlowFile]:
+    out: list[FlowFile] = []
+    if "flowfiles" in body:
+        items = body["flowfiles"]
+        if not isinstance(items, list):
+            raise AdminError(400, "flowfiles must be a list")
+        for item in items:
+            if not isinstance(item, dict):
+                raise AdminError(400, "each flowfile must be an object")
+            attrs = item.get("attributes") or {}
+            if not isinstance(attrs, dict):
+                raise AdminError(400, "attributes must be an object")
+            try:
+                content = base64.b64decode(item.get("content") or "", validate=True)
+            except (binascii.Error, ValueError):
+                raise AdminError(400, "content must be base64") from None
+            out.append(FlowFile({str(k): str(v) for k, v in attrs.items()}, Content.of(content)))
+        return out
+    count = _int_or_none(body.get("count"), "count")
+    size = _int_or_none(body.get("size"), "size") or 0
+    if count is None or count < 0 or size < 0:
+        raise AdminError(400, "give flowfiles, or count (>= 0) and size (>= 0)")
+    attrs = body.get("attributes") or {}
+    for i in range(count):
+        pattern = (f"flowfile {i}\n".encode()) or b"x"
+        if size <= len(pattern):
+            content = Content.of(pattern[:size])
+        else:
+            writer = ContentWriter()
+            block = (pattern * (65536 // len(pattern) + 1))[:65536]
+            left = size
+            while left:
+                piece = block[: min(left, len(block))]
+                writer.write(piece)
+                left -= len(piece)
+            content = writer.finish()
+        ff_attrs = {"filename": f"flowfile-{i}", "s2s.test.index": str(i)}
+        ff_attrs.update({str(k): str(v) for k, v in attrs.items()})
+        out.append(FlowFile(ff_attrs, content))
+    return out
+
+
+_PORT_ROUTE = re.compile(r"^/s2s-admin/ports/(?P<name>[^/]+)/(?P<action>stop|start|capacity|flowfiles)$")
+_NODE_ROUTE = re.compile(r"^/s2s-admin/nodes/(?P<index>\d+)(?:/(?P<action>stop|start))?$")
+_TX_ROUTE = re.compile(r"^/s2s-admin/transactions/(?P<id>[^/]+)/expire$")
+
+
+def handle(h: S2SHandler, method: str, path: str, query: dict[str, list[str]]) -> None:
+    try:
+        status, body = _route(h, method, path.rstrip("/"), query)
+    except AdminError as exc:
+        status, body = exc.status, {"error": exc.message}
+    except ConfigError as exc:
+        status, body = 400, {"error": exc.message}
+    h.send_json(status, body)
+
+
+def _q(query: dict[str, list[str]], key: str) -> str | None:
+    values = query.get(key)
+    return values[0] if values else None
+
+
+def _route(
+    h: S2SHandler, method: str, path: str, query: dict[str, list[str]]
+) -> tuple[int, Any]:
+    app = h.app
+    cluster = app.cluster
+    if path == "/s2s-admin/status" and method == "GET":
+        return 200, _status(h)
+    if path == "/s2s-admin/transactions" and method == "GET":
+        node = _int_or_none(_q(query, "node"), "node")
+        with cluster.lock:
+            txs = [t.describe() for t in cluster.history if node is None or t.node == node]
+        return 200, {"transactions": txs}
+    if path == "/s2s-admin/reset" and method == "POST":
+        _read_json(h)
+        app.faults.clear()
+        cluster.reset()
+        return 200, _status(h)
+    if path == "/s2s-admin/faults":
+        if method == "GET":
+            return 200, {"faults": app.faults.list()}
+        if method == "DELETE":
+            app.faults.clear()
+            return 200, {"faults": []}
+        if method == "POST":
+            fault = app.faults.add(Fault.from_json(_read_json(h)))
+            return 200, {"fault": fault.describe()}
+    if path == "/s2s-admin/nodes":
+        if method == "GET":
+            return 200, {"nodes": _status(h)["nodes"]}
+        if method == "POST":
+            body = _read_json(h)
+            port = _int_or_none(body.get("port"), "port")
+            try:
+                node = app.add_node(port)
+            except OSError as exc:
+                raise AdminError(409, f"cannot listen: {exc}") from None
+            return 200, {"index": node.index, "url": node.url}
+    m = _NODE_ROUTE.match(path)
+    if m:
+        index = int(m.group("index"))
+        if cluster.node(index) is None:
+            raise AdminError(404, f"no node {index}")
+        action = m.group("action")
+        if action is None and method == "DELETE":
+            _read_json(h)
+            h.close_connection = h.node.index == index
+            h.after_response = lambda: app.remove_node(index)
+            return 200, {"index": index, "removed": True}
+        if action == "stop" and method == "POST":
+            _read_json(h)
+            h.close_connection = h.node.index == index
+            h.after_response = lambda: app.stop_node(index)
+            return 200, {"index": index, "alive": False}
+        if action == "start" and method == "POST":
+            _read_json(h)
+            try:
+                node = app.start_node(index)
+            except OSError as exc:
+                raise AdminError(409, f"cannot listen again: {exc}") from None
+            return 200, {"index": index, "url": node.url, "alive": True}
+    m = _TX_ROUTE.match(path)
+    if m and method == "POST":
+        _read_json(h)
+        tx_id = m.group("id")
+        with cluster.lock:
+            tx = cluster.find_transaction(tx_id)
+            if tx is None:
+                raise AdminError(404, f"no active transaction {tx_id}")
+            if tx.state is ServerState.TRANSFERRING:
+                raise AdminError(409, f"transaction {tx_id} is transferring data right now")
+            cluster.expire(tx)
+            return 200, {"transaction": tx.describe()}
+    m = _PORT_ROUTE.match(path)
+    if m:
+        return _port_action(h, method, m.group("name"), m.group("action"), query)
+    raise AdminError(404, f"no admin route {method} {path}")
+
+
+def _port_action(
+    h: S2SHandler, method: str, name: str, action: str, query: dict[str, list[str]]
+) -> tuple[int, Any]:
+    cluster = h.app.cluster
+    if action == "flowfiles" and method == "GET":
+        node = _one_node(h, _int_or_none(_q(query, "node"), "node"))
+        drain = _q(query, "drain") in ("1", "true", "yes")
+        with_content = _q(query, "content") not in ("0", "false", "no")
+        with cluster.lock:
+            port = node.port_by_key(name)
+            if port is None:
+                raise AdminError(404, f"no port {name}")
+            if drain:
+                items = []
+                while True:
+                    ff = port.pop()
+                    if ff is None:
+                        break
+                    items.append(ff)
+            else:
+                items = list(port.queue)
+        listed = [_flowfile_json(ff, with_content) for ff in items]
+        if drain:
+            for ff in items:
+                ff.content.release()
+        return 200, {"node": node.index, "port": name, "flowfiles": listed}
+    if method != "POST":
+        raise AdminError(404, f"no admin route {method} {action}")
+    body = _read_json(h)
+    node_arg = _int_or_none(body.get("node", _q(query, "node")), "node")
+    if action == "flowfiles":
+        node = _one_node(h, node_arg)
+        flowfiles = _make_flowfiles(body)
+        with cluster.lock:
+            port = node.port_by_key(name)
+            if port is None:
+                raise AdminError(404, f"no port {name}")
+            port.push(flowfiles)
+            return 200, {"node": node.index, "port": port.describe(), "added": len(flowfiles)}
+    nodes = _nodes_for(h, node_arg)
+    described = []
+    with cluster.lock:
+        for node in nodes:
+            port = node.port_by_key(name)
+            if port is None:
+                raise AdminError(404, f"no port {name}")
+            if action == "stop":
+                port.state = STOPPED
+            elif action == "start":
+                port.state = RUNNING
+            else:
+                if "capacity" not in body:
+                    raise AdminError(400, "capacity is required (an integer or null)")
+                cap = _int_or_none(body["capacity"], "capacity")
+                port.capacity = cap
+            described.append({"node": node.index, **port.describe()})
+    return 200, {"ports": described}

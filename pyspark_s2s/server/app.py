@@ -1,0 +1,160 @@
+"""Lifecycle of the reference server: nodes' listeners, the TTL cleanup task, shutdown.
+
+Owns: :class:`ServerApp` (one per process or test): starting/stopping/adding/removing node
+listeners, the cleanup thread (every TTL/2 seconds, PROTOCOL.md §6), and the objects the
+request handlers share (cluster, faults, TLS context, access policy).
+
+Must not import: ``pyspark_s2s.client``, third-party packages.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import threading
+import uuid
+
+from pyspark_s2s.server.faults import FaultRegistry
+from pyspark_s2s.server.http import NodeServer
+from pyspark_s2s.server.model import Cluster, Node
+from pyspark_s2s.server.tls import AccessPolicy
+
+__all__ = ["ServerApp"]
+
+logger = logging.getLogger(__name__)
+
+
+def _advertised(host: str) -> str:
+    return "localhost" if host in ("", "0.0.0.0", "::") else host
+
+
+class ServerApp:
+    """The running server: a :class:`Cluster` plus one listener per live node."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        policy: AccessPolicy | None = None,
+        base_port: int = 0,
+    ) -> None:
+        self.cluster = cluster
+        self.ssl_context = ssl_context
+        self.policy = policy or AccessPolicy()
+        self.base_port = base_port
+        self.faults = FaultRegistry()
+        self.root_group_id = str(uuid.uuid5(uuid.NAMESPACE_URL, "pyspark-s2s:root-group"))
+        self.instance_id = str(uuid.uuid4())
+        self._servers: dict[int, NodeServer] = {}
+        self._threads: dict[int, threading.Thread] = {}
+        self._lifecycle = threading.RLock()
+        self._stop = threading.Event()
+        self._cleaner: threading.Thread | None = None
+
+    @property
+    def secure(self) -> bool:
+        return self.ssl_context is not None
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.secure else "http"
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self, nodes: int) -> list[Node]:
+        started = []
+        for i in range(nodes):
+            port = self.base_port + i if self.base_port else 0
+            started.append(self._bind(self.cluster.new_node(port)))
+        if self._cleaner is None:
+            self._cleaner = threading.Thread(target=self._cleanup_loop, name="s2s-ttl-cleanup", daemon=True)
+            self._cleaner.start()
+        return started
+
+    def _bind(self, node: Node) -> Node:
+        with self._lifecycle:
+            server = NodeServer((self.cluster.host, node.port_number), self, node, self.ssl_context)
+            node.port_number = int(server.server_address[1])
+            node.url = f"{self.scheme}://{_advertised(self.cluster.host)}:{node.port_number}/nifi"
+            node.host = _advertised(self.cluster.host)
+            thread = threading.Thread(
+                target=server.serve_forever,
+                kwargs={"poll_interval": 0.1},
+                name=f"s2s-node-{node.index}",
+                daemon=True,
+            )
+            self._servers[node.index] = server
+            self._threads[node.index] = thread
+            thread.start()
+            node.alive = True
+            logger.info("node %d listening on %s", node.index, node.url)
+            return node
+
+    def stop_node(self, index: int) -> Node:
+        with self._lifecycle:
+            node = self._node(index)
+            server = self._servers.pop(index, None)
+            node.alive = False
+            if server is not None:
+                server.shutdown()
+                server.server_close()
+                server.close_connections()
+            thread = self._threads.pop(index, None)
+            if thread is not None:
+                thread.join(timeout=5)
+            with self.cluster.lock:
+                self.cluster.abort_node_transactions(node, "node stopped")
+            logger.info("node %d stopped", index)
+            return node
+
+    def start_node(self, index: int) -> Node:
+        with self._lifecycle:
+            node = self._node(index)
+            if node.alive:
+                return node
+            return self._bind(node)
+
+    def add_node(self, port: int | None = None) -> Node:
+        with self._lifecycle:
+            if port is None:
+                port = 0
+                if self.base_port:
+                    port = max(n.port_number for n in self.cluster.nodes) + 1 if self.cluster.nodes else self.base_port
+            return self._bind(self.cluster.new_node(port))
+
+    def remove_node(self, index: int) -> Node:
+        with self._lifecycle:
+            node = self._node(index)
+            if node.alive:
+                self.stop_node(index)
+            with self.cluster.lock:
+                node.removed = True
+                for port in node.ports.values():
+                    port.clear()
+            logger.info("node %d removed", index)
+            return node
+
+    def _node(self, index: int) -> Node:
+        node = self.cluster.node(index)
+        if node is None:
+            raise KeyError(index)
+        return node
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._lifecycle:
+            for index in list(self._servers):
+                self.stop_node(index)
+        if self._cleaner is not None:
+            self._cleaner.join(timeout=5)
+
+    def _cleanup_loop(self) -> None:
+        interval = max(self.cluster.ttl / 2.0, 0.25)
+        while not self._stop.wait(interval):
+            try:
+                expired = self.cluster.cleanup_expired()
+            except Exception:  # noqa: BLE001 - keep the cleanup task alive, but say why
+                logger.exception("TTL cleanup failed")
+                continue
+            if expired:
+                logger.info("TTL cleanup rolled back %d transaction(s)", expired)

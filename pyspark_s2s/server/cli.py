@@ -1,0 +1,166 @@
+"""The ``s2s serve`` command (also ``python -m pyspark_s2s.server``).
+
+Owns: the command-line options of the reference server, turning them into a running
+:class:`~pyspark_s2s.server.app.ServerApp`, the ready lines on stdout
+(``s2s: node <k> listening on <base-url>``, flushed, one per node, k from 0), and clean
+shutdown on SIGINT/SIGTERM (exit status 0).
+
+Must not import at module level: the server internals or third-party packages (the ``s2s``
+dispatcher imports this module to register ``serve``; it must stay cheap).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["register", "main", "build_app", "add_arguments"]
+
+logger = logging.getLogger(__name__)
+
+
+def _name_id(value: str) -> tuple[str, str | None]:
+    if "=" in value:
+        name, port_id = value.split("=", 1)
+        if not name or not port_id:
+            raise argparse.ArgumentTypeError(f"expected NAME or NAME=ID, got {value!r}")
+        return name, port_id
+    if not value:
+        raise argparse.ArgumentTypeError("port name must not be empty")
+    return value, None
+
+
+def _route(value: str) -> tuple[str, str]:
+    if "=" not in value:
+        raise argparse.ArgumentTypeError(f"expected INPUT=OUTPUT, got {value!r}")
+    src, dst = value.split("=", 1)
+    return src, dst
+
+
+def _non_negative(value: str) -> int:
+    n = int(value)
+    if n < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return n
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=_non_negative, default=8080,
+                   help="TCP port of node 0; node k uses PORT+k; 0 picks free ports (default 8080)")
+    p.add_argument("--nodes", type=int, default=1, help="number of cluster nodes (default 1)")
+    p.add_argument("--input-port", action="append", type=_name_id, default=[], metavar="NAME[=ID]",
+                   help="a public input port (client SENDs into it); repeatable")
+    p.add_argument("--output-port", action="append", type=_name_id, default=[], metavar="NAME[=ID]",
+                   help="a public output port (client RECEIVEs from it); repeatable")
+    p.add_argument("--route", action="append", type=_route, default=[], metavar="INPUT=OUTPUT",
+                   help="queue FlowFiles committed into INPUT on OUTPUT (same node); repeatable")
+    p.add_argument("--ttl", type=_non_negative, default=30,
+                   help="transaction TTL in seconds (default 30, NiFi's default)")
+    p.add_argument("--tls", metavar="DIR",
+                   help="serve HTTPS; key material is read from DIR or generated there")
+    p.add_argument("--allow", action="append", default=[], metavar="PORT=DN",
+                   help="with --tls: certificate DN allowed to use PORT ('*' = every port); "
+                        "repeatable; default: the generated client DN may use every port")
+    p.add_argument("--capacity", type=_non_negative, default=None,
+                   help="back-pressure threshold (FlowFile count) of every queue; default unbounded")
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "serve",
+        help="run the reference Site-to-Site server",
+        description="Run the reference NiFi Site-to-Site (HTTP) server.",
+    )
+    add_arguments(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(ServerApp, TLS material or None) from parsed options; the app is not started yet."""
+    from pyspark_s2s.server.app import ServerApp
+    from pyspark_s2s.server.model import Cluster, PortSpec, port_id_for
+    from pyspark_s2s.server.tls import AccessPolicy, ensure_material, server_context
+
+    specs: list[PortSpec] = []
+    seen: set[str] = set()
+    for kind, items in (("input", args.input_port), ("output", args.output_port)):
+        for name, port_id in items:
+            if name in seen:
+                raise SystemExit(f"s2s serve: port name {name!r} given twice")
+            seen.add(name)
+            specs.append(PortSpec(name, port_id or port_id_for(name, kind), kind))
+    ids = [s.id for s in specs]
+    if len(set(ids)) != len(ids):
+        raise SystemExit("s2s serve: two ports share an id")
+    kinds = {s.name: s.kind for s in specs}
+    routes: dict[str, str] = {}
+    for src, dst in args.route:
+        if kinds.get(src) != "input":
+            raise SystemExit(f"s2s serve: --route {src}={dst}: {src!r} is not an input port")
+        if kinds.get(dst) != "output":
+            raise SystemExit(f"s2s serve: --route {src}={dst}: {dst!r} is not an output port")
+        routes[src] = dst
+    if args.nodes < 1:
+        raise SystemExit("s2s serve: --nodes must be >= 1")
+    cluster = Cluster(host=args.host, ports=specs, routes=routes, ttl=args.ttl, capacity=args.capacity)
+    material = None
+    ctx = None
+    policy = AccessPolicy()
+    if args.tls:
+        material, generated = ensure_material(args.tls)
+        ctx = server_context(material)
+        try:
+            policy = AccessPolicy.from_args(args.allow, kinds)
+        except ValueError as exc:
+            raise SystemExit(f"s2s serve: {exc}") from None
+        where = "generated in" if generated else "read from"
+        print(f"s2s: TLS material {where} {material.directory} (ca.pem, server.pem, client.pem, "
+              f"client.p12 + client.p12.password, denied.*)", flush=True)
+    elif args.allow:
+        raise SystemExit("s2s serve: --allow needs --tls")
+    app = ServerApp(cluster, ssl_context=ctx, policy=policy, base_port=args.port)
+    return app, material
+
+
+def run(args: argparse.Namespace) -> int:
+    app, _material = build_app(args)
+    stop = threading.Event()
+
+    def _on_signal(signum: int, _frame: Any) -> None:
+        logger.info("signal %d: shutting down", signum)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        try:
+            nodes = app.start(args.nodes)
+        except OSError as exc:
+            app.close()
+            print(f"s2s serve: cannot listen: {exc}", file=sys.stderr, flush=True)
+            return 1
+        for node in nodes:
+            print(f"s2s: node {node.index} listening on {node.url}", flush=True)
+        while not stop.wait(0.5):
+            pass
+    finally:
+        app.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="s2s serve", description="Run the reference NiFi Site-to-Site server.")
+    add_arguments(parser)
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)")
+    args = parser.parse_args(argv)
+    level = logging.WARNING if args.verbose <= 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return run(args)

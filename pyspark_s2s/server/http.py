@@ -1,0 +1,876 @@
+"""HTTP(S) request handling of the reference server: the NiFi Site-to-Site endpoints.
+
+Owns: the stdlib HTTP server per node (:class:`NodeServer`), request body reading
+(Content-Length and chunked, in bounded pieces), chunked streaming responses, the mapping of
+PROTOCOL.md §1 endpoints onto :mod:`pyspark_s2s.server.model`, status codes, headers and JSON
+shapes, framework/port authorization (§10), and applying injected faults.
+
+Must not import: ``pyspark_s2s.client``, third-party packages. Protocol rules (codec, CRC,
+compression, version negotiation, handshake headers, the transaction table, the TTL rule)
+come from :mod:`pyspark_s2s.protocol`; nothing here re-implements them.
+
+The server speaks HTTP/1.1 only; ``Upgrade: h2c`` / ``HTTP2-Settings`` headers are ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import ssl
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
+
+from pyspark_s2s.errors import (
+    ProtocolError,
+    S2SError,
+    TransactionNotFoundError,
+    TransactionStateError,
+    UnauthorizedError,
+)
+from pyspark_s2s.protocol.codec import NEED_DATA, ContentChunk, DataPacket, PacketEnd, PacketStart
+from pyspark_s2s.protocol.codes import Direction, Header, ResponseCode, TransactionResult
+from pyspark_s2s.protocol.endpoints import API_SUFFIX, match_data_transfer_path, transaction_path
+from pyspark_s2s.protocol.negotiation import (
+    HandshakeProperties,
+    get_header,
+    negotiate_transport_version,
+    parse_handshake_headers,
+)
+from pyspark_s2s.protocol.stream import PacketStreamDecoder, PacketStreamEncoder
+from pyspark_s2s.protocol.transaction import ServerState
+from pyspark_s2s.server.faults import Fault
+from pyspark_s2s.server.model import Content, ContentWriter, FlowFile, Node, Port, Transaction
+from pyspark_s2s.server.tls import peer_dn
+
+if TYPE_CHECKING:
+    from pyspark_s2s.server.app import ServerApp
+
+__all__ = ["NodeServer", "S2SHandler", "RequestBody", "ChunkedWriter", "NO_CACHE"]
+
+logger = logging.getLogger(__name__)
+
+NO_CACHE = "private, no-cache, no-store, no-transform"
+READ_SIZE = 64 * 1024
+WRITE_BUFFER = 64 * 1024
+DRAIN_LIMIT = 1 << 30
+_NOT_FOUND_TX = "Transaction was not found."
+
+
+class _Dropped(Exception):
+    """Internal control flow: the connection was dropped on purpose (fault) or by the peer."""
+
+
+# -- body reading / writing -------------------------------------------------------------------
+
+
+class RequestBody:
+    """A request body read in bounded pieces: Content-Length or ``Transfer-Encoding: chunked``."""
+
+    def __init__(self, rfile: Any, headers: Any) -> None:
+        self._rfile = rfile
+        te = (headers.get("Transfer-Encoding") or "").lower()
+        self.chunked = "chunked" in te
+        self._chunk_left = 0
+        self.done = False
+        self.received = 0
+        if self.chunked:
+            self._remaining = -1
+        else:
+            raw = headers.get("Content-Length")
+            try:
+                self._remaining = int(raw) if raw else 0
+            except ValueError:
+                raise ProtocolError(f"invalid Content-Length {raw!r}") from None
+            if self._remaining < 0:
+                raise ProtocolError(f"invalid Content-Length {raw!r}")
+            self.done = self._remaining == 0
+
+    def _line(self) -> bytes:
+        line = self._rfile.readline(1026)
+        if not line:
+            raise ConnectionResetError("connection closed inside a chunked body")
+        if not line.endswith(b"\n"):
+            raise ProtocolError("chunk size line too long")
+        return line
+
+    def read(self, n: int = READ_SIZE) -> bytes:
+        """Up to ``n`` bytes; ``b""`` at the end of the body."""
+        if self.done:
+            return b""
+        if not self.chunked:
+            data = self._rfile.read(min(n, self._remaining)) if self._remaining else b""
+            if not data and self._remaining:
+                raise ConnectionResetError("connection closed before the body ended")
+            self._remaining -= len(data)
+            self.received += len(data)
+            if self._remaining == 0:
+                self.done = True
+            return data
+        if self._chunk_left == 0:
+            line = self._line().split(b";", 1)[0].strip()
+            try:
+                size = int(line, 16)
+            except ValueError:
+                raise ProtocolError(f"invalid chunk size {line[:20]!r}") from None
+            if size < 0:
+                raise ProtocolError("negative chunk size")
+            if size == 0:
+                while self._line() not in (b"\r\n", b"\n"):
+                    pass  # trailer fields are ignored
+                self.done = True
+                return b""
+            self._chunk_left = size
+        data = self._rfile.read(min(n, self._chunk_left))
+        if not data:
+            raise ConnectionResetError("connection closed inside a chunk")
+        self._chunk_left -= len(data)
+        self.received += len(data)
+        if self._chunk_left == 0:
+            if self._line() not in (b"\r\n", b"\n"):
+                raise ProtocolError("chunk not followed by CRLF")
+        return data
+
+    def drain(self, limit: int = DRAIN_LIMIT) -> bool:
+        """Discard the rest of the body; False if more than ``limit`` bytes were left."""
+        seen = 0
+        while not self.done:
+            seen += len(self.read(READ_SIZE))
+            if seen > limit:
+                return False
+        return True
+
+
+class ChunkedWriter:
+    """Writes a chunked response body, coalescing small writes into ~64 KiB chunks."""
+
+    def __init__(self, wfile: Any) -> None:
+        self._wfile = wfile
+        self._buf = bytearray()
+
+    def write(self, data: bytes) -> None:
+        if data:
+            self._buf += data
+            if len(self._buf) >= WRITE_BUFFER:
+                self.flush()
+
+    def flush(self) -> None:
+        if self._buf:
+            self._wfile.write(b"%x\r\n" % len(self._buf) + bytes(self._buf) + b"\r\n")
+            self._buf.clear()
+        self._wfile.flush()
+
+    def close(self) -> None:
+        self.flush()
+        self._wfile.write(b"0\r\n\r\n")
+        self._wfile.flush()
+
+
+# -- the server -------------------------------------------------------------------------------
+
+
+class NodeServer(ThreadingHTTPServer):
+    """The listener of one node. TLS handshakes run in the connection's own thread."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        app: ServerApp,
+        node: Node,
+        ssl_context: ssl.SSLContext | None,
+    ) -> None:
+        self.app = app
+        self.node = node
+        self.ssl_context = ssl_context
+        self._conns: set[socket.socket] = set()
+        self._conns_lock = threading.Lock()
+        super().__init__(address, S2SHandler)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        conn = request
+        if self.ssl_context is not None:
+            request.settimeout(30)
+            try:
+                conn = self.ssl_context.wrap_socket(request, server_side=True)
+            except (ssl.SSLError, OSError) as exc:
+                logger.debug("node %d: TLS handshake with %s failed: %s", self.node.index, client_address, exc)
+                request.close()
+                return
+            conn.settimeout(None)
+        with self._conns_lock:
+            self._conns.add(conn)
+        try:
+            self.RequestHandlerClass(conn, client_address, self)
+        finally:
+            with self._conns_lock:
+                self._conns.discard(conn)
+            if conn is not request:
+                try:
+                    conn.close()
+                except OSError:
+                    logger.debug("closing TLS connection failed", exc_info=True)
+
+    def close_connections(self) -> None:
+        """Shut down every open connection (a stopped node refuses and drops everything)."""
+        with self._conns_lock:
+            conns = list(self._conns)
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                logger.debug("shutdown of a connection failed", exc_info=True)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        logger.debug("node %d: error serving %s", self.node.index, client_address, exc_info=True)
+
+
+class S2SHandler(BaseHTTPRequestHandler):
+    """One connection; each request goes through :meth:`_handle`."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "pyspark-s2s"
+    sys_version = ""
+    timeout = 300
+    server: NodeServer
+
+    # -- plumbing ------------------------------------------------------------------------------
+    def version_string(self) -> str:
+        return self.server_version
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        logger.debug("node %d %s - %s", self.server.node.index, self.address_string(), format % args)
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    def do_HEAD(self) -> None:
+        self._handle("HEAD")
+
+    def do_OPTIONS(self) -> None:
+        self._handle("OPTIONS")
+
+    @property
+    def app(self) -> ServerApp:
+        return self.server.app
+
+    @property
+    def node(self) -> Node:
+        return self.server.node
+
+    def _handle(self, method: str) -> None:
+        self.responded = False
+        self.after_response: Callable[[], None] | None = None
+        self.fault: Fault | None = None
+        try:
+            self.body = RequestBody(self.rfile, self.headers)
+        except ProtocolError as exc:
+            self.close_connection = True
+            self.send_text(400, str(exc.message))
+            return
+        split = urlsplit(self.path)
+        path = split.path
+        query = parse_qs(split.query, keep_blank_values=True)
+        try:
+            if path == "/s2s-admin" or path.startswith("/s2s-admin/"):
+                from pyspark_s2s.server import admin
+
+                admin.handle(self, method, path, query)
+            elif path.startswith(API_SUFFIX + "/"):
+                self._site_to_site(method, path[len(API_SUFFIX):], query)
+            else:
+                self.send_text(404, "Not Found")
+        except _Dropped:
+            self.close_connection = True
+        except S2SError as exc:
+            if self.responded:
+                logger.warning("error after the response started: %s", exc)
+                self.close_connection = True
+            else:
+                self.send_error_result(exc)
+        except (ConnectionError, TimeoutError, ssl.SSLError) as exc:
+            logger.debug("connection problem: %s", exc)
+            self.close_connection = True
+        except Exception:  # noqa: BLE001 - the server answers 500 like NiFi and keeps running
+            logger.exception("unexpected error serving %s %s", method, path)
+            if self.responded:
+                self.close_connection = True
+            else:
+                self.send_result(500, TransactionResult(0, ResponseCode.ABORT, "Server encountered an exception."))
+        finally:
+            if not self.close_connection and not self.body.done:
+                try:
+                    if not self.body.drain():
+                        self.close_connection = True
+                except (OSError, ProtocolError):
+                    self.close_connection = True
+            if self.after_response is not None:
+                action, self.after_response = self.after_response, None
+                try:
+                    self.wfile.flush()
+                except OSError:
+                    logger.debug("flush before the after-response action failed")
+                threading.Thread(target=action, daemon=True, name="s2s-admin-action").start()
+
+    # -- responses -----------------------------------------------------------------------------
+    def _start(self, status: int, content_type: str | None, headers: dict[str, str] | None) -> None:
+        self.responded = True
+        self.send_response(status)
+        if content_type is not None:
+            self.send_header("Content-Type", content_type)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
+
+    def send_bytes(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str | None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self._start(status, content_type, headers)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if body and self.command != "HEAD":
+            self.wfile.write(body)
+
+    def send_text(self, status: int, text: str, headers: dict[str, str] | None = None) -> None:
+        self.send_bytes(status, text.encode("utf-8"), "text/plain", headers)
+
+    def send_json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+        self.send_bytes(status, json.dumps(obj).encode("utf-8"), "application/json", headers)
+
+    def send_result(
+        self, status: int, result: TransactionResult, headers: dict[str, str] | None = None
+    ) -> None:
+        self.send_bytes(status, result.to_json(), "application/json", headers)
+
+    def send_error_result(self, exc: S2SError) -> None:
+        status = exc.http_status or 500
+        if isinstance(exc, TransactionStateError) and exc.http_status is None:
+            status = 409
+        code = exc.response_code if exc.response_code is not None else ResponseCode.ABORT
+        self.send_result(status, TransactionResult(0, int(code), exc.message))
+
+    def common_headers(self, version: int, no_cache: bool = True) -> dict[str, str]:
+        headers = {
+            Header.PROTOCOL_VERSION: str(version),
+            Header.SERVER_TTL: str(self.app.cluster.ttl),
+        }
+        if no_cache:
+            headers["Cache-Control"] = NO_CACHE
+        return headers
+
+    # -- identity ------------------------------------------------------------------------------
+    def peer_dn(self) -> str | None:
+        if not isinstance(self.connection, ssl.SSLSocket):
+            return None
+        try:
+            return peer_dn(self.connection.getpeercert())
+        except ValueError:
+            return None
+
+    def framework_denied(self, what: str) -> bool:
+        """NiFi's framework authorization (§10): on a secure server, no certificate → 401,
+        a DN that no policy knows → 403, both text/plain. Answers and returns True if denied."""
+        if not self.app.secure:
+            return False
+        dn = self.peer_dn()
+        if dn is None:
+            self.send_text(401, f"{what} Contact the system administrator.")
+            return True
+        if not self.app.policy.known(dn):
+            self.send_text(403, f"{what} Contact the system administrator.")
+            return True
+        return False
+
+    def request_base_url(self) -> str:
+        """Scheme://host[:port][/context] of this request, honouring proxy headers like NiFi."""
+        h = self.headers
+        scheme = h.get("X-ProxyScheme") or h.get("X-Forwarded-Proto") or self.app.scheme
+        host = h.get("X-ProxyHost") or h.get("X-Forwarded-Host") or h.get("Host")
+        if not host:
+            host = f"{self.node.host}:{self.node.port_number}"
+        port = h.get("X-ProxyPort") or h.get("X-Forwarded-Port")
+        if port:
+            if host.startswith("["):
+                host = host.split("]", 1)[0] + "]"
+            else:
+                host = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+            host = f"{host}:{port}"
+        prefix = (h.get("X-ProxyContextPath") or h.get("X-Forwarded-Prefix") or "").rstrip("/")
+        return f"{scheme.split(',')[0].strip()}://{host.split(',')[0].strip()}{prefix}"
+
+    def client_peer(self) -> tuple[str, int]:
+        addr = self.client_address
+        return str(addr[0]), int(addr[1])
+
+    # -- Site-to-Site --------------------------------------------------------------------------
+    def _site_to_site(self, method: str, sub: str, query: dict[str, list[str]]) -> None:
+        fault = self.app.faults.take(self.node.index, method, API_SUFFIX + sub)
+        if fault is not None:
+            logger.info("node %d: fault %s fires on %s %s", self.node.index, fault.kind, method, sub)
+            if fault.kind == "fail_next":
+                self.send_result(
+                    fault.status,
+                    TransactionResult(0, ResponseCode.ABORT, "Injected failure (fail_next)."),
+                )
+                return
+            if fault.kind == "delay":
+                time.sleep(fault.seconds)
+            else:
+                self.fault = fault
+        if sub.rstrip("/") == "/site-to-site":
+            if method != "GET":
+                self.send_text(405, "Method Not Allowed")
+                return
+            self._site_info()
+            return
+        if sub.rstrip("/") == "/site-to-site/peers":
+            if method != "GET":
+                self.send_text(405, "Method Not Allowed")
+                return
+            self._peers()
+            return
+        match = match_data_transfer_path(sub)
+        if match is None:
+            self.send_text(404, "Not Found")
+            return
+        if self.fault is not None and self.fault.kind == "drop_mid_body" and not match.flow_files:
+            raise _Dropped()
+        if match.transaction_id is None:
+            if method != "POST" or match.flow_files:
+                self.send_text(405, "Method Not Allowed")
+                return
+            self._create_transaction(match.port_type, match.port_id)
+        elif not match.flow_files:
+            if method == "PUT":
+                self._extend(match.port_type, match.port_id, match.transaction_id)
+            elif method == "DELETE" and match.direction is not None:
+                self._commit(match.direction, match.port_id, match.transaction_id, query)
+            else:
+                self.send_text(405, "Method Not Allowed")
+        elif method == "POST" and match.direction is Direction.SEND:
+            self._upload(match.port_id, match.transaction_id)
+        elif method == "GET" and match.direction is Direction.RECEIVE:
+            self._download(match.port_id, match.transaction_id)
+        else:
+            self.send_text(405, "Method Not Allowed")
+
+    def _site_info(self) -> None:
+        if self.framework_denied("Unable to view site-to-site details."):
+            return
+        node = self.node
+        dn = self.peer_dn()
+
+        def visible(port: Port) -> bool:
+            return not self.app.secure or self.app.policy.may_use(dn, port.name)
+
+        def dto(port: Port) -> dict[str, Any]:
+            return {"id": port.id, "name": port.name, "state": port.state}
+
+        ports = list(node.ports.values())
+        inputs = [dto(p) for p in ports if p.kind == "input" and visible(p)]
+        outputs = [dto(p) for p in ports if p.kind == "output" and visible(p)]
+        running = sum(1 for p in ports if p.running)
+        controller: dict[str, Any] = {
+            "id": self.app.root_group_id,
+            "name": "pyspark-s2s reference server",
+            "comments": "",
+            "runningCount": running,
+            "stoppedCount": len(ports) - running,
+            "invalidCount": 0,
+            "disabledCount": 0,
+            "activeRemotePortCount": 0,
+            "inactiveRemotePortCount": 0,
+            "inputPortCount": len(inputs),
+            "outputPortCount": len(outputs),
+            # remoteSiteListeningPort (RAW) is null here, and NiFi omits null fields
+            "siteToSiteSecure": self.app.secure,
+            "instanceId": self.app.instance_id,
+            "inputPorts": inputs,
+            "outputPorts": outputs,
+        }
+        if get_header(self.headers, Header.PROTOCOL_VERSION) is not None:
+            controller["remoteSiteHttpListeningPort"] = node.port_number
+        self.send_json(200, {"controller": controller}, {"Cache-Control": NO_CACHE})
+
+    def _peers(self) -> None:
+        if self.framework_denied("Unable to view site-to-site details."):
+            return
+        version = negotiate_transport_version(get_header(self.headers, Header.PROTOCOL_VERSION))
+        peers = [
+            {
+                "hostname": n.host,
+                "port": n.port_number,
+                "secure": self.app.secure,
+                "flowFileCount": n.queued(),
+            }
+            for n in self.app.cluster.live_nodes()
+        ]
+        self.send_json(200, {"peers": peers}, self.common_headers(version))
+
+    # -- data transfer ---------------------------------------------------------------------------
+    def _transfer_denied(self) -> bool:
+        return self.framework_denied("Unable to transfer data via site-to-site.")
+
+    def _handshake(self, direction: Direction, port_id: str) -> tuple[Port, HandshakeProperties]:
+        """NiFi's handshake (§8): compression flag, then the port checks (unknown, port policy,
+        running, destination full), then the numeric properties."""
+        props: HandshakeProperties | None = None
+        deferred: ProtocolError | None = None
+        try:
+            props = parse_handshake_headers(self.headers)
+        except ProtocolError as exc:
+            if exc.option == Header.USE_COMPRESSION:
+                raise
+            deferred = exc
+        port = self.node.port_by_id(port_id)
+        if port is not None and port.direction is direction and self.app.secure:
+            if not self.app.policy.may_use(self.peer_dn(), port.name):
+                raise UnauthorizedError(
+                    f"Client is not authorized to use port {port.name}.", port=port.name
+                )
+        with self.app.cluster.lock:
+            port = self.app.cluster.check_port(self.node, port_id, direction)
+        if deferred is not None:
+            raise deferred
+        assert props is not None
+        return port, props
+
+    def _transaction(self, direction: Direction, port_id: str, tx_id: str) -> Transaction:
+        tx = self.app.cluster.active_transaction(self.node, tx_id)
+        if tx.direction is not direction or tx.port.id != port_id:
+            # NiFi keys transactions by id only; being stricter costs nothing and catches
+            # clients that mix up transaction URLs.
+            raise TransactionNotFoundError(_NOT_FOUND_TX, transaction=tx_id)
+        return tx
+
+    def _create_transaction(self, port_type: str, port_id: str) -> None:
+        try:
+            direction = Direction.from_port_type(port_type)
+        except ValueError:
+            self.send_result(404, TransactionResult(0, ResponseCode.ABORT, "Port was not found."))
+            return
+        if self._transfer_denied():
+            return
+        version = negotiate_transport_version(get_header(self.headers, Header.PROTOCOL_VERSION))
+        port, props = self._handshake(direction, port_id)
+        host, cport = self.client_peer()
+        tx = self.app.cluster.create_transaction(self.node, port, props, f"{host}:{cport}")
+        location = (
+            self.request_base_url() + API_SUFFIX + transaction_path(direction, port_id, tx.id)
+        )
+        headers = self.common_headers(version)
+        headers[Header.LOCATION_INTENT] = Header.LOCATION_INTENT_VALUE
+        headers[Header.LOCATION] = location
+        self.send_result(
+            201,
+            TransactionResult(
+                0,
+                ResponseCode.PROPERTIES_OK,
+                "Handshake properties are valid, and port is running. A transaction is created:"
+                + tx.id,
+            ),
+            headers,
+        )
+
+    def _extend(self, port_type: str, port_id: str, tx_id: str) -> None:
+        if self._transfer_denied():
+            return
+        version = negotiate_transport_version(get_header(self.headers, Header.PROTOCOL_VERSION))
+        try:
+            direction = Direction.from_port_type(port_type)
+        except ValueError:
+            self.app.cluster.active_transaction(self.node, tx_id)
+            self.send_result(404, TransactionResult(0, ResponseCode.ABORT, "Port was not found."))
+            return
+        tx = self._transaction(direction, port_id, tx_id)
+        if not tx.held:
+            self._handshake(direction, port_id)
+        self.app.cluster.extend(tx)
+        self.send_result(
+            200,
+            TransactionResult(0, ResponseCode.CONTINUE_TRANSACTION, "Extended TTL."),
+            self.common_headers(version),
+        )
+
+    def _ready_for_transfer(self, tx: Transaction) -> None:
+        if tx.state is not ServerState.CREATED:
+            raise TransactionStateError(
+                f"Transaction {tx.id} is {tx.state.name}; its data was already transferred.",
+                transaction=tx.id,
+            )
+
+    def _upload(self, port_id: str, tx_id: str) -> None:
+        if self._transfer_denied():
+            return
+        version = negotiate_transport_version(get_header(self.headers, Header.PROTOCOL_VERSION))
+        tx = self._transaction(Direction.SEND, port_id, tx_id)
+        self._ready_for_transfer(tx)
+        _port, props = self._handshake(Direction.SEND, port_id)
+        cluster = self.app.cluster
+        cluster.begin_transfer(tx)
+        host, cport = self.client_peer()
+        fault = self.fault
+        decoder = PacketStreamDecoder(props.compress, strict_frames=True)
+        received: list[FlowFile] = []
+        writer: ContentWriter | None = None
+        start_attrs: dict[str, str] = {}
+        stalled = False
+
+        def server_attributes(attrs: dict[str, str]) -> dict[str, str]:
+            out = dict(attrs)
+            out["uuid"] = str(uuid.uuid4())
+            out["s2s.host"] = host
+            out["s2s.address"] = f"{host}:{cport}"
+            return out
+
+        def pump() -> None:
+            nonlocal writer, start_attrs
+            while True:
+                ev = decoder.next_event()
+                if ev is NEED_DATA:
+                    return
+                if isinstance(ev, DataPacket):
+                    received.append(FlowFile(server_attributes(ev.attributes), Content.of(ev.content)))
+                elif isinstance(ev, PacketStart):
+                    writer = ContentWriter()
+                    start_attrs = ev.attributes
+                elif isinstance(ev, ContentChunk):
+                    assert writer is not None
+                    writer.write(ev.data)
+                elif isinstance(ev, PacketEnd):
+                    assert writer is not None
+                    received.append(FlowFile(server_attributes(start_attrs), writer.finish()))
+                    writer = None
+
+        try:
+            while True:
+                if fault is not None and fault.kind == "drop_mid_body" and self.body.received >= fault.after_bytes:
+                    raise _Dropped()
+                data = self.body.read(READ_SIZE if fault is None else min(READ_SIZE, 1024))
+                if not data:
+                    break
+                decoder.feed(data)
+                pump()
+                if (
+                    fault is not None
+                    and fault.kind == "stall"
+                    and not stalled
+                    and len(received) >= fault.after_packets
+                ):
+                    stalled = True
+                    time.sleep(fault.seconds)
+            decoder.end_of_stream()
+            pump()
+        except ProtocolError as exc:
+            if writer is not None:
+                writer.discard()
+            cluster.fail(tx, str(exc.message), received)
+            self.close_connection = not self.body.done
+            raise
+        except BaseException:
+            if writer is not None:
+                writer.discard()
+            cluster.fail(tx, "upload connection broke", received)
+            self.close_connection = True
+            raise
+        if not received:
+            cluster.fail(tx, "no flow file sent", received)
+            self.send_text(
+                400,
+                "Client should send request when there is data to send. There was no flow file sent.",
+            )
+            return
+        checksum = decoder.checksum
+        try:
+            cluster.end_transfer(tx, received, checksum)
+        except TransactionStateError:
+            cluster.fail(tx, "transaction ended during the upload", received)
+            raise TransactionNotFoundError(_NOT_FOUND_TX, transaction=tx_id) from None
+        answer = checksum
+        if fault is not None and fault.kind == "corrupt_checksum":
+            answer = (checksum + 1) & 0xFFFFFFFF
+        self.send_bytes(
+            202, str(answer).encode("ascii"), "text/plain", self.common_headers(version)
+        )
+
+    def _download(self, port_id: str, tx_id: str) -> None:
+        if self._transfer_denied():
+            return
+        version = negotiate_transport_version(get_header(self.headers, Header.PROTOCOL_VERSION))
+        tx = self._transaction(Direction.RECEIVE, port_id, tx_id)
+        self._ready_for_transfer(tx)
+        port, props = self._handshake(Direction.RECEIVE, port_id)
+        cluster = self.app.cluster
+        with cluster.lock:
+            cluster.begin_transfer(tx)
+            first = port.pop()
+            if first is None:
+                cluster.no_data(tx)
+        if first is None:
+            # NiFi aborts the streaming answer with WebApplicationException(200): text body,
+            # no common headers (PROTOCOL.md §1.6)
+            self.send_text(200, "HTTP 200 OK")
+            return
+        fault = self.fault
+        count_limit = props.batch_count or 0
+        size_limit = props.batch_size or 0
+        duration_ms = props.batch_duration_ms or 0
+        default_duration = count_limit == 0 and size_limit == 0 and duration_ms == 0
+        sent: list[FlowFile] = [first]
+        tx.flowfiles = sent
+        encoder = PacketStreamEncoder(props.compress)
+        started = time.monotonic()
+        sent_bytes = 0
+        try:
+            headers = self.common_headers(version)
+            headers["Transfer-Encoding"] = "chunked"
+            self._start(202, "application/octet-stream", headers)
+            self.end_headers()
+            out = ChunkedWriter(self.wfile)
+            ff: FlowFile | None = first
+            while ff is not None:
+                out.write(encoder.begin(ff.attributes, ff.size))
+                for piece in ff.content.chunks():
+                    out.write(encoder.content(piece))
+                out.write(encoder.end())
+                sent_bytes += ff.size
+                if fault is not None and encoder.packets == fault.after_packets:
+                    if fault.kind == "drop_mid_body":
+                        out.flush()
+                        raise _Dropped()
+                    if fault.kind == "stall":
+                        out.flush()
+                        time.sleep(fault.seconds)
+                elapsed_ms = (time.monotonic() - started) * 1000.0
+                poll = True
+                if duration_ms > 0 and elapsed_ms >= duration_ms:
+                    poll = False
+                if size_limit > 0 and sent_bytes >= size_limit:
+                    poll = False
+                if count_limit > 0 and len(sent) >= count_limit:
+                    poll = False
+                if default_duration:
+                    poll = elapsed_ms < 5000.0
+                ff = None
+                if poll:
+                    with cluster.lock:
+                        ff = port.pop()
+                    if ff is not None:
+                        sent.append(ff)
+            out.close()
+        except BaseException:
+            cluster.fail(tx, "download connection broke", sent)
+            self.close_connection = True
+            raise
+        checksum = encoder.checksum
+        if fault is not None and fault.kind == "corrupt_checksum":
+            checksum = (checksum + 1) & 0xFFFFFFFF
+        try:
+            cluster.end_transfer(tx, sent, checksum)
+        except TransactionStateError:
+            cluster.fail(tx, "transaction ended during the download", sent)
+
+    def _commit(
+        self, direction: Direction, port_id: str, tx_id: str, query: dict[str, list[str]]
+    ) -> None:
+        if self._transfer_denied():
+            return
+        version = negotiate_transport_version(get_header(self.headers, Header.PROTOCOL_VERSION))
+        tx = self._transaction(direction, port_id, tx_id)
+        if not tx.held:
+            self._handshake(direction, port_id)
+        raw = (query.get("responseCode") or [""])[0]
+        allowed = (
+            (ResponseCode.CONFIRM_TRANSACTION, ResponseCode.CANCEL_TRANSACTION)
+            if direction is Direction.RECEIVE
+            else (
+                ResponseCode.BAD_CHECKSUM,
+                ResponseCode.CONFIRM_TRANSACTION,
+                ResponseCode.CANCEL_TRANSACTION,
+            )
+        )
+        code: int | None = None
+        if raw == "":
+            message = "responseCode is required."
+        else:
+            try:
+                code = int(raw)
+            except ValueError:
+                code = None
+            message = "" if code in allowed else f"responseCode {raw} is invalid. "
+        if message:
+            self.send_result(400, TransactionResult(0, ResponseCode.ABORT, message))
+            return
+        cluster = self.app.cluster
+        if code == ResponseCode.CANCEL_TRANSACTION:
+            cluster.cancel(tx)
+            self.send_result(
+                200,
+                TransactionResult(0, ResponseCode.CANCEL_TRANSACTION, "Transaction has been canceled."),
+            )
+            return
+        if not tx.held:
+            raise TransactionStateError(
+                f"Transaction {tx.id} is {tx.state.name}; nothing to commit.", transaction=tx.id
+            )
+        if direction is Direction.RECEIVE:
+            client = (query.get("checksum") or [""])[0]
+            if client != str(tx.checksum):
+                server_crc = tx.checksum
+                cluster.bad_checksum(tx)
+                self.send_result(
+                    400,
+                    TransactionResult(
+                        0,
+                        ResponseCode.BAD_CHECKSUM,
+                        f"Received a BadChecksum response: client calculated CRC32 Checksum as "
+                        f"{client or '(none)'}, but server calculated CRC32 Checksum as "
+                        f"{server_crc}. Transaction has been rolled back.",
+                    ),
+                    {"Cache-Control": NO_CACHE},
+                )
+                return
+            count = cluster.commit_receive(tx)
+            self.send_result(
+                200,
+                TransactionResult(count, ResponseCode.CONFIRM_TRANSACTION),
+                self.common_headers(version),
+            )
+            return
+        if code == ResponseCode.BAD_CHECKSUM:
+            cluster.bad_checksum(tx)
+            self.send_result(
+                200,
+                TransactionResult(0, ResponseCode.CANCEL_TRANSACTION),
+                {"Cache-Control": NO_CACHE},
+            )
+            return
+        count, full = cluster.commit_send(tx)
+        result = (
+            ResponseCode.TRANSACTION_FINISHED_BUT_DESTINATION_FULL
+            if full
+            else ResponseCode.TRANSACTION_FINISHED
+        )
+        self.send_result(200, TransactionResult(count, result), self.common_headers(version))

@@ -1,0 +1,514 @@
+"""Test harness: run the reference server (``python -m pyspark_s2s.server``) and drive its admin API.
+
+Usage::
+
+    from serverproc import ServerProcess   # tests/ is on sys.path (tests/conftest.py lives there)
+
+    with ServerProcess("--input-port", "in", "--output-port", "out", "--route", "in=out") as srv:
+        srv.urls                 # ["http://127.0.0.1:40123/nifi"] (one per node, node 0 first)
+        srv.url                  # srv.urls[0]
+        srv.port_id("in")        # the port's id (from the admin status)
+        srv.admin.queued("out")  # FlowFiles queued on port "out" summed over nodes (or node=k)
+        srv.admin.enqueue("out", count=3, size=10)
+        srv.admin.flowfiles("in", drain=True)   # [{"attributes", "size", "sha256", "content"(bytes)}]
+
+``ServerProcess(*args, tls=False, nodes=None, startup_timeout=30.0, env=None)``
+    Starts the server as a subprocess with ``--port 0`` added (unless ``--port`` is in args),
+    waits (bounded) for one ``s2s: node <k> listening on <url>`` line per node (``--nodes N``,
+    default 1) and raises :class:`ServerStartError` with the server's stderr on failure.
+    ``tls=True`` adds ``--tls <tmpdir>`` (``tls="/some/dir"`` uses that directory); then
+    ``.tls_dir`` (Path), ``.ca`` (path of ca.pem, for ``verify=``), ``.client_cert`` and
+    ``.denied_cert`` (``(cert.pem, key.pem)`` tuples for ``requests``' ``cert=``),
+    ``.client_p12`` / ``.client_p12_password`` are set. On exit: SIGTERM, wait up to 10 s,
+    then SIGKILL. ``.stop()`` does the same and returns the exit status; ``.proc`` is the
+    Popen; ``.stderr_text()`` returns what it logged. ``.pid`` is the server's pid (for
+    /proc checks). Also usable without ``with``: ``.start()`` / ``.stop()``.
+
+``ServerThread(*args, tls=False)``
+    Same interface, but the server runs inside the test process (real sockets, faster to
+    start; no SIGTERM behaviour).
+
+``AdminClient(urls, verify=None, cert=None)`` (``.admin`` on both)
+    Talks JSON to ``/s2s-admin`` on the first reachable node URL (fails over when a node is
+    stopped/removed). Methods (``node=None`` means: every node for stop/start/capacity, the
+    node that answers the admin request -- node 0 while it is alive -- for enqueue/flowfiles):
+
+    * ``status()`` -> dict ; ``nodes()`` -> list of node dicts
+    * ``port(name, node=0)`` -> port dict ; ``queued(port, node=None)`` -> int
+    * ``enqueue(port, flowfiles=None, *, count=None, size=0, attributes=None, node=None)``
+      -- ``flowfiles`` is a list of ``(attributes, content_bytes)`` tuples or dicts
+      ``{"attributes":..., "content": bytes}``
+    * ``flowfiles(port, node=None, drain=False, content=True)`` -> list of dicts with
+      ``attributes``, ``size``, ``sha256`` and ``content`` (bytes; absent if content=False)
+    * ``stop_port(port, node=None)``, ``start_port(port, node=None)``,
+      ``set_capacity(port, capacity, node=None)``
+    * ``add_node(port=None)`` -> {"index", "url"}, ``remove_node(k)``, ``stop_node(k)``,
+      ``start_node(k)``
+    * ``fault(kind, *, node=None, method=None, path_contains=None, count=1, **params)``
+      (params: status, seconds, after_packets, after_bytes), ``faults()``, ``clear_faults()``
+    * ``expire(tx_id)``, ``transactions(node=None)`` -> list, ``transaction(tx_id)`` -> dict
+    * ``reset()``
+    Errors raise :class:`AdminError` (``.status``, ``.body``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import queue
+import re
+import signal
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ServerProcess", "ServerThread", "AdminClient", "AdminError", "ServerStartError"]
+
+REPO = Path(__file__).resolve().parents[1]
+LISTENING = re.compile(r"^s2s: node (\d+) listening on (\S+)$")
+
+
+class ServerStartError(RuntimeError):
+    pass
+
+
+class AdminError(RuntimeError):
+    def __init__(self, status: int, body: Any) -> None:
+        super().__init__(f"admin API answered {status}: {body}")
+        self.status = status
+        self.body = body
+
+
+class AdminClient:
+    """JSON client of the server's admin API (stdlib only)."""
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        verify: str | os.PathLike[str] | None = None,
+        cert: tuple[str, str] | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self.urls = list(urls)
+        self.timeout = timeout
+        self._ctx: ssl.SSLContext | None = None
+        if verify is not None or cert is not None:
+            ctx = ssl.create_default_context(cafile=str(verify) if verify else None)
+            if cert is not None:
+                ctx.load_cert_chain(str(cert[0]), str(cert[1]))
+            self._ctx = ctx
+
+    def _admin_base(self, url: str) -> str:
+        return url.rsplit("/nifi", 1)[0] + "/s2s-admin"
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        last: Exception | None = None
+        for url in list(self.urls):
+            req = urllib.request.Request(
+                self._admin_base(url) + path,
+                data=data,
+                method=method,
+                headers={"Content-Type": "application/json"} if data is not None else {},
+            )
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout, context=self._ctx) as resp:
+                    return json.loads(resp.read() or b"null")
+            except urllib.error.HTTPError as exc:
+                raw = exc.read()
+                try:
+                    parsed: Any = json.loads(raw)
+                except ValueError:
+                    parsed = raw.decode("utf-8", "replace")
+                raise AdminError(exc.code, parsed) from None
+            except (urllib.error.URLError, ConnectionError) as exc:
+                last = exc
+                continue
+        raise ConnectionError(f"no node answered the admin request {method} {path}: {last}")
+
+    # -- reading --------------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        return self.request("GET", "/status")
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return self.status()["nodes"]
+
+    def port(self, name: str, node: int = 0) -> dict[str, Any]:
+        for n in self.nodes():
+            if n["index"] == node:
+                for p in n["ports"]:
+                    if p["name"] == name:
+                        return p
+        raise KeyError(f"no port {name} on node {node}")
+
+    def queued(self, port: str, node: int | None = None) -> int:
+        total = 0
+        for n in self.nodes():
+            if node is not None and n["index"] != node:
+                continue
+            for p in n["ports"]:
+                if p["name"] == port:
+                    total += p["queued"]
+        return total
+
+    def flowfiles(
+        self, port: str, node: int | None = None, drain: bool = False, content: bool = True
+    ) -> list[dict[str, Any]]:
+        params = []
+        if node is not None:
+            params.append(f"node={node}")
+        if drain:
+            params.append("drain=1")
+        if not content:
+            params.append("content=0")
+        query = ("?" + "&".join(params)) if params else ""
+        out = self.request("GET", f"/ports/{port}/flowfiles{query}")["flowfiles"]
+        for ff in out:
+            if "content" in ff:
+                ff["content"] = base64.b64decode(ff["content"])
+        return out
+
+    def transactions(self, node: int | None = None) -> list[dict[str, Any]]:
+        query = f"?node={node}" if node is not None else ""
+        return self.request("GET", f"/transactions{query}")["transactions"]
+
+    def transaction(self, tx_id: str) -> dict[str, Any]:
+        for tx in self.transactions():
+            if tx["id"] == tx_id:
+                return tx
+        raise KeyError(tx_id)
+
+    # -- changing -------------------------------------------------------------------------------
+    def enqueue(
+        self,
+        port: str,
+        flowfiles: Iterable[Any] | None = None,
+        *,
+        count: int | None = None,
+        size: int = 0,
+        attributes: dict[str, str] | None = None,
+        node: int | None = None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {}
+        if node is not None:
+            body["node"] = node
+        if flowfiles is not None:
+            items = []
+            for ff in flowfiles:
+                if isinstance(ff, dict):
+                    attrs, content = ff.get("attributes") or {}, ff.get("content") or b""
+                else:
+                    attrs, content = ff
+                if isinstance(content, str):
+                    content = content.encode()
+                items.append({"attributes": attrs, "content": base64.b64encode(content).decode()})
+            body["flowfiles"] = items
+        else:
+            body["count"] = count if count is not None else 1
+            body["size"] = size
+            if attributes:
+                body["attributes"] = attributes
+        return self.request("POST", f"/ports/{port}/flowfiles", body)
+
+    def _node_body(self, node: int | None, **extra: Any) -> dict[str, Any]:
+        body = dict(extra)
+        if node is not None:
+            body["node"] = node
+        return body
+
+    def stop_port(self, port: str, node: int | None = None) -> dict[str, Any]:
+        return self.request("POST", f"/ports/{port}/stop", self._node_body(node))
+
+    def start_port(self, port: str, node: int | None = None) -> dict[str, Any]:
+        return self.request("POST", f"/ports/{port}/start", self._node_body(node))
+
+    def set_capacity(self, port: str, capacity: int | None, node: int | None = None) -> dict[str, Any]:
+        return self.request("POST", f"/ports/{port}/capacity", self._node_body(node, capacity=capacity))
+
+    def add_node(self, port: int | None = None) -> dict[str, Any]:
+        out = self.request("POST", "/nodes", {} if port is None else {"port": port})
+        if out["url"] not in self.urls:
+            self.urls.append(out["url"])
+        return out
+
+    def remove_node(self, index: int) -> dict[str, Any]:
+        return self.request("DELETE", f"/nodes/{index}", {})
+
+    def stop_node(self, index: int) -> dict[str, Any]:
+        return self.request("POST", f"/nodes/{index}/stop", {})
+
+    def start_node(self, index: int) -> dict[str, Any]:
+        return self.request("POST", f"/nodes/{index}/start", {})
+
+    def fault(
+        self,
+        kind: str,
+        *,
+        node: int | None = None,
+        method: str | None = None,
+        path_contains: str | None = None,
+        count: int | None = 1,
+        **params: Any,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"kind": kind, "count": count, **params}
+        if node is not None:
+            body["node"] = node
+        match = {}
+        if method:
+            match["method"] = method
+        if path_contains:
+            match["path_contains"] = path_contains
+        if match:
+            body["match"] = match
+        return self.request("POST", "/faults", body)["fault"]
+
+    def faults(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/faults")["faults"]
+
+    def clear_faults(self) -> None:
+        self.request("DELETE", "/faults")
+
+    def expire(self, tx_id: str) -> dict[str, Any]:
+        return self.request("POST", f"/transactions/{tx_id}/expire", {})["transaction"]
+
+    def reset(self) -> dict[str, Any]:
+        return self.request("POST", "/reset", {})
+
+
+def _count_nodes(args: Sequence[str]) -> int:
+    args = list(args)
+    for i, a in enumerate(args):
+        if a == "--nodes" and i + 1 < len(args):
+            return int(args[i + 1])
+        if a.startswith("--nodes="):
+            return int(a.split("=", 1)[1])
+    return 1
+
+
+class _Base:
+    urls: list[str]
+    tls_dir: Path | None
+    admin: AdminClient
+
+    def _setup_tls(self, tls: bool | str | os.PathLike[str], args: list[str]) -> list[str]:
+        self.tls_dir = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if not tls:
+            return args
+        if tls is True:
+            self._tmp = tempfile.TemporaryDirectory(prefix="s2s-tls-")
+            self.tls_dir = Path(self._tmp.name)
+        else:
+            self.tls_dir = Path(tls)  # type: ignore[arg-type]
+        return [*args, "--tls", str(self.tls_dir)]
+
+    @property
+    def url(self) -> str:
+        return self.urls[0]
+
+    @property
+    def ca(self) -> Path | None:
+        return None if self.tls_dir is None else self.tls_dir / "ca.pem"
+
+    @property
+    def client_cert(self) -> tuple[str, str] | None:
+        if self.tls_dir is None:
+            return None
+        return (str(self.tls_dir / "client.pem"), str(self.tls_dir / "client.key"))
+
+    @property
+    def denied_cert(self) -> tuple[str, str] | None:
+        if self.tls_dir is None:
+            return None
+        return (str(self.tls_dir / "denied.pem"), str(self.tls_dir / "denied.key"))
+
+    @property
+    def client_p12(self) -> Path | None:
+        return None if self.tls_dir is None else self.tls_dir / "client.p12"
+
+    @property
+    def client_p12_password(self) -> str | None:
+        if self.tls_dir is None:
+            return None
+        return (self.tls_dir / "client.p12.password").read_text().strip()
+
+    def _make_admin(self) -> None:
+        self.admin = AdminClient(self.urls, verify=self.ca, cert=self.client_cert)
+
+    def port_id(self, name: str, node: int = 0) -> str:
+        return str(self.admin.port(name, node)["id"])
+
+    def api(self, node: int = 0) -> str:
+        """The node's API base URL (``.../nifi-api``)."""
+        return self.urls[node] + "-api"
+
+    def _cleanup_tls(self) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+
+class ServerProcess(_Base):
+    """The reference server as a subprocess (see the module docstring)."""
+
+    def __init__(
+        self,
+        *args: str,
+        tls: bool | str | os.PathLike[str] = False,
+        nodes: int | None = None,
+        startup_timeout: float = 30.0,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        argv = [str(a) for a in args]
+        if "--port" not in argv and not any(a.startswith("--port=") for a in argv):
+            argv = ["--port", "0", *argv]
+        if nodes is not None:
+            argv = [*argv, "--nodes", str(nodes)]
+        self.nodes = _count_nodes(argv)
+        self.argv = self._setup_tls(tls, argv)
+        self.startup_timeout = startup_timeout
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.urls = []
+        self.lines: list[str] = []
+        self._stderr_file: Any = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def stderr_text(self) -> str:
+        if self._stderr_file is None:
+            return ""
+        self._stderr_file.flush()
+        self._stderr_file.seek(0)
+        return self._stderr_file.read().decode("utf-8", "replace")
+
+    def start(self) -> ServerProcess:
+        env = dict(os.environ if self.env is None else self.env)
+        env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self._stderr_file = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pyspark_s2s.server", *self.argv],
+            stdout=subprocess.PIPE,
+            stderr=self._stderr_file,
+            env=env,
+            cwd=str(REPO),
+        )
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def reader() -> None:
+            assert self.proc is not None and self.proc.stdout is not None
+            for raw in self.proc.stdout:
+                lines.put(raw.decode("utf-8", "replace").rstrip("\n"))
+            lines.put(None)
+
+        self._reader = threading.Thread(target=reader, daemon=True)
+        self._reader.start()
+        found: dict[int, str] = {}
+        import time
+
+        deadline = time.monotonic() + self.startup_timeout
+        while len(found) < self.nodes:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.stop()
+                raise ServerStartError(
+                    f"server did not report {self.nodes} listening node(s) within "
+                    f"{self.startup_timeout} s; stdout={self.lines!r}; stderr:\n{self.stderr_text()}"
+                )
+            try:
+                line = lines.get(timeout=left)
+            except queue.Empty:
+                continue
+            if line is None:
+                code = self.proc.wait(timeout=10)
+                raise ServerStartError(
+                    f"server exited with status {code} before it was ready; stdout={self.lines!r}; "
+                    f"stderr:\n{self.stderr_text()}"
+                )
+            self.lines.append(line)
+            m = LISTENING.match(line)
+            if m:
+                found[int(m.group(1))] = m.group(2)
+        self.urls = [found[k] for k in sorted(found)]
+        self._make_admin()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=timeout)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        code = self.proc.returncode
+        self._cleanup_tls()
+        return code
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+        if self._stderr_file is not None:
+            self._stderr_file.close()
+            self._stderr_file = None
+
+
+class ServerThread(_Base):
+    """The reference server inside the test process (real sockets on 127.0.0.1)."""
+
+    def __init__(self, *args: str, tls: bool | str | os.PathLike[str] = False, nodes: int | None = None) -> None:
+        argv = [str(a) for a in args]
+        if "--port" not in argv and not any(a.startswith("--port=") for a in argv):
+            argv = ["--port", "0", *argv]
+        if nodes is not None:
+            argv = [*argv, "--nodes", str(nodes)]
+        self.argv = self._setup_tls(tls, argv)
+        self.urls = []
+        self.app: Any = None
+
+    def start(self) -> ServerThread:
+        import argparse
+        import contextlib
+        import io
+
+        from pyspark_s2s.server.cli import add_arguments, build_app
+
+        parser = argparse.ArgumentParser(prog="s2s serve")
+        add_arguments(parser)
+        args = parser.parse_args(self.argv)
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.app, _ = build_app(args)
+        nodes = self.app.start(args.nodes)
+        self.urls = [n.url for n in nodes]
+        self._make_admin()
+        return self
+
+    def stop(self) -> None:
+        if self.app is not None:
+            self.app.close()
+            self.app = None
+        self._cleanup_tls()
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
