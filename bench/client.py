@@ -1,0 +1,302 @@
+"""Client benchmark: Site-to-Site send/receive against the reference server, next to plain HTTP.
+
+Run: ``.venv/bin/python -m bench.client [--small N] [--large N] [--large-mib M] [--only WHAT]``
+(``make bench`` runs it with the defaults). Everything runs on 127.0.0.1:
+
+* the reference server (``python -m pyspark_s2s.server``) in a subprocess, with an input port
+  ``bench-in`` routed to an output port ``bench-out``, so the client and the server do not
+  share a GIL;
+* a plain HTTP server (``python -m bench.plain_server``) in another subprocess, built on the
+  same stdlib HTTP stack and the reference server's own body reader / chunk writer, as the
+  baseline: an upload (chunked POST) and a download (chunked GET) of exactly the bytes the
+  Site-to-Site transfer put on the wire.
+
+Measured, each as FlowFiles/s and MiB/s of packet bytes (the uncompressed codec stream):
+
+* small FlowFiles (100 B content, 3 attributes): send, receive, each next to plain HTTP;
+* large FlowFiles (1 MiB content): send, receive, each next to plain HTTP;
+* small-FlowFile decode into Arrow (the client's Arrow path on an in-memory packet stream),
+  and ``receive_record_batch`` end to end against the server.
+
+Targets (issue 3): large receive >= 0.5 and large send >= 0.7 of plain; Arrow decode
+>= 500k FlowFiles/s. Each measurement is the best of ``--repeat`` runs. Numbers depend on
+the machine and on what else runs on it; compare ratios taken in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import os
+import platform
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+SMALL_ATTRS = {"filename": "file-000001.txt", "path": "./", "mime.type": "text/plain"}
+SMALL_CONTENT = bytes(range(100))
+MIB = 1 << 20
+CHUNK = 64 << 10
+IN_PORT = "bench-in"
+OUT_PORT = "bench-out"
+
+TARGETS = {
+    "large send": 0.7,
+    "large receive": 0.5,
+}
+ARROW_TARGET = 500_000.0
+
+
+# -- subprocesses ------------------------------------------------------------------------------
+
+
+class Proc:
+    """A subprocess that prints ``... listening on <url>`` lines when ready; stopped with SIGTERM."""
+
+    def __init__(self, argv: Sequence[str], ready: re.Pattern[str], count: int = 1, timeout: float = 60.0) -> None:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+        env["PYTHONUNBUFFERED"] = "1"
+        self.proc = subprocess.Popen(
+            [sys.executable, *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=str(REPO),
+            env=env,
+        )
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def reader() -> None:
+            assert self.proc.stdout is not None
+            for raw in self.proc.stdout:
+                lines.put(raw.decode("utf-8", "replace").rstrip("\n"))
+            lines.put(None)
+
+        threading.Thread(target=reader, daemon=True).start()
+        self.urls: list[str] = []
+        deadline = time.monotonic() + timeout
+        while len(self.urls) < count:
+            left = deadline - time.monotonic()
+            try:
+                line = lines.get(timeout=max(0.01, left))
+            except queue.Empty:
+                line = None
+            if line is None:
+                self.stop()
+                raise RuntimeError(f"{' '.join(argv)} did not become ready")
+            m = ready.search(line)
+            if m:
+                self.urls.append(m.group(1))
+
+    @property
+    def url(self) -> str:
+        return self.urls[0]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+    def __enter__(self) -> Proc:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def start_s2s_server() -> Proc:
+    return Proc(
+        ["-m", "pyspark_s2s.server", "--port", "0", "--ttl", "120",
+         "--input-port", IN_PORT, "--output-port", OUT_PORT, "--route", f"{IN_PORT}={OUT_PORT}"],
+        re.compile(r"^s2s: node \d+ listening on (\S+)$"),
+    )
+
+
+def start_plain_server() -> Proc:
+    return Proc(["-m", "bench.plain_server", "--port", "0"], re.compile(r"^plain: listening on (\S+)$"))
+
+
+# -- plain HTTP baseline -------------------------------------------------------------------------
+
+
+class Plain:
+    """Upload/download N bytes over plain HTTP with urllib3 (the client's HTTP library)."""
+
+    def __init__(self, url: str) -> None:
+        import urllib3
+
+        self.url = url
+        self.pool = urllib3.PoolManager(num_pools=2, maxsize=2, retries=False)
+        self.block = bytes(range(256)) * (CHUNK // 256)
+
+    def upload(self, n: int) -> float:
+        block = self.block
+
+        def body() -> Iterator[bytes]:
+            left = n
+            while left > 0:
+                piece = block if left >= len(block) else block[:left]
+                left -= len(piece)
+                yield piece
+
+        t0 = time.perf_counter()
+        resp = self.pool.urlopen(
+            "POST", self.url + "/upload", body=body(), chunked=True,
+            headers={"Content-Type": "application/octet-stream"}, preload_content=True,
+        )
+        secs = time.perf_counter() - t0
+        if resp.status != 200 or int(resp.data) != n:
+            raise RuntimeError(f"plain upload failed: {resp.status} {resp.data[:200]!r}")
+        return secs
+
+    def download(self, n: int) -> float:
+        t0 = time.perf_counter()
+        resp = self.pool.urlopen("GET", f"{self.url}/download?n={n}", preload_content=False)
+        got = 0
+        while True:
+            data = resp.read(CHUNK)
+            if not data:
+                break
+            got += len(data)
+        resp.release_conn()
+        secs = time.perf_counter() - t0
+        if resp.status != 200 or got != n:
+            raise RuntimeError(f"plain download failed: {resp.status}, {got} of {n} bytes")
+        return secs
+
+    def close(self) -> None:
+        self.pool.clear()
+
+
+# -- results -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    name: str
+    flowfiles: int
+    wire_bytes: int
+    secs: float
+    plain_secs: float | None = None
+    target: float | None = None
+    note: str = ""
+
+    @property
+    def ff_per_s(self) -> float:
+        return self.flowfiles / self.secs if self.secs else float("inf")
+
+    @property
+    def mib_per_s(self) -> float:
+        return self.wire_bytes / MIB / self.secs if self.secs else float("inf")
+
+    @property
+    def plain_mib_per_s(self) -> float | None:
+        if self.plain_secs is None:
+            return None
+        return self.wire_bytes / MIB / self.plain_secs
+
+    @property
+    def ratio(self) -> float | None:
+        if self.plain_secs is None:
+            return None
+        return self.plain_secs / self.secs
+
+
+def best(fn: Callable[[], float], repeat: int) -> float:
+    return min(fn() for _ in range(max(1, repeat)))
+
+
+def format_table(rows: list[Row]) -> str:
+    head = ("measurement", "FlowFiles", "MiB", "FlowFiles/s", "MiB/s", "plain MiB/s", "ratio", "target", "")
+    lines = [head]
+    for r in rows:
+        ratio = r.ratio
+        pm = r.plain_mib_per_s
+        if r.target is not None and ratio is not None:
+            target = f">= {r.target:g}"
+            verdict = "ok" if ratio >= r.target else "MISSED"
+        elif r.target is not None:
+            target = f">= {r.target / 1000:g}k/s"
+            verdict = "ok" if r.ff_per_s >= r.target else "MISSED"
+        else:
+            target, verdict = "", ""
+        lines.append((
+            r.name,
+            f"{r.flowfiles}",
+            f"{r.wire_bytes / MIB:.1f}",
+            f"{r.ff_per_s:,.0f}",
+            f"{r.mib_per_s:.1f}",
+            "" if pm is None else f"{pm:.1f}",
+            "" if ratio is None else f"{ratio:.2f}",
+            target,
+            (verdict + (" " + r.note if r.note else "")).strip(),
+        ))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    out = []
+    for k, line in enumerate(lines):
+        cells = [c.ljust(widths[i]) if i == 0 or i == len(head) - 1 else c.rjust(widths[i]) for i, c in enumerate(line)]
+        out.append("  ".join(cells).rstrip())
+        if k == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+
+
+# -- main --------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--small", type=int, default=100_000, help="number of small FlowFiles (default 100000)")
+    ap.add_argument("--large", type=int, default=200, help="number of large FlowFiles (default 200)")
+    ap.add_argument("--large-mib", type=int, default=1, help="content size of a large FlowFile in MiB (default 1)")
+    ap.add_argument("--repeat", type=int, default=3, help="best of this many runs per measurement (default 3)")
+    ap.add_argument("--only", choices=("small", "large", "arrow", "plain"), action="append",
+                    help="run only these groups (repeatable)")
+    args = ap.parse_args(argv)
+    groups = set(args.only or ("small", "large", "arrow"))
+    print(f"bench.client: {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC; {machine()}", flush=True)
+    rows: list[Row] = []
+    with contextlib.ExitStack() as stack:
+        plain_proc = stack.enter_context(start_plain_server())
+        plain = Plain(plain_proc.url)
+        stack.callback(plain.close)
+        if "plain" in groups:
+            n = 256 * MIB
+            rows.append(Row("plain upload", 0, n, best(lambda: plain.upload(n), args.repeat)))
+            rows.append(Row("plain download", 0, n, best(lambda: plain.download(n), args.repeat)))
+    print(format_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
