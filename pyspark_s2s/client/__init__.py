@@ -1,0 +1,40 @@
+"""NiFi Site-to-Site client over HTTP(S): ``SiteToSiteClient`` and its transactions.
+
+Owns: the public client API (re-exported here). See ``docs/client.md``.
+
+Must not import: the server, the Spark layer. ``pyarrow`` is imported only when Arrow record
+batches are requested.
+"""
+
+from __future__ import annotations
+
+from pyspark_s2s.client.client import SiteToSiteClient
+from pyspark_s2s.client.config import OPTIONS, Option, Secret, SiteToSiteClientConfig, options_markdown
+from pyspark_s2s.client.siteinfo import PortInfo, SiteInfo
+from pyspark_s2s.client.transaction import (
+    ReceiveTransaction,
+    SendTransaction,
+    StreamedPacket,
+    TransactionCompletion,
+)
+from pyspark_s2s.protocol.codec import DataPacket
+from pyspark_s2s.protocol.codes import Direction
+from pyspark_s2s.protocol.peers import PeerStatus
+
+__all__ = [
+    "SiteToSiteClient",
+    "SiteToSiteClientConfig",
+    "SendTransaction",
+    "ReceiveTransaction",
+    "TransactionCompletion",
+    "StreamedPacket",
+    "DataPacket",
+    "Direction",
+    "PeerStatus",
+    "SiteInfo",
+    "PortInfo",
+    "Secret",
+    "Option",
+    "OPTIONS",
+    "options_markdown",
+]

@@ -1,0 +1,272 @@
+"""The Site-to-Site client object: peer choice and transaction creation (PROTOCOL.md §1.4, §8).
+
+Owns: :class:`SiteToSiteClient` — lazily built transport, site information and peers; the
+handshake headers of every request (version + handshake properties, §1.1); port resolution;
+``create_transaction`` with NiFi's reactions to a failed creation (penalize the peer, then
+raise at once for unknown port / port not running / 403, otherwise try the next peer); and
+the registry of open transactions that ``close()`` aborts.
+
+Must not import: the server, the Spark layer.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pyspark_s2s.client.config import SiteToSiteClientConfig
+from pyspark_s2s.client.http import HttpTransport
+from pyspark_s2s.client.peers import PeerManager
+from pyspark_s2s.client.siteinfo import SiteInfo, SiteInfoProvider
+from pyspark_s2s.client.transaction import (
+    ReceiveTransaction,
+    SendTransaction,
+    TransactionCompletion,
+    _result_error,
+)
+from pyspark_s2s.errors import (
+    ConfigError,
+    NoPeerAvailableError,
+    ProtocolError,
+    S2SError,
+)
+from pyspark_s2s.protocol.codes import Direction, Header, ResponseCode
+from pyspark_s2s.protocol.endpoints import transactions_path
+from pyspark_s2s.protocol.negotiation import accept_server_ttl, accept_server_version, handshake_headers
+from pyspark_s2s.protocol.peers import PeerStatus
+from pyspark_s2s.protocol.urls import resolve_location
+
+__all__ = ["SiteToSiteClient"]
+
+logger = logging.getLogger(__name__)
+
+#: response codes / statuses after which NiFi raises at once instead of trying the next peer
+_RAISE_CODES = (ResponseCode.UNKNOWN_PORT, ResponseCode.PORT_NOT_IN_VALID_STATE)
+
+
+def _raises_at_once(exc: S2SError) -> bool:
+    if exc.response_code in _RAISE_CODES:
+        return True
+    return exc.http_status == 403
+
+
+class SiteToSiteClient:
+    """A NiFi Site-to-Site client over HTTP(S). Thread-safe; connects lazily.
+
+    >>> client = SiteToSiteClient(url="http://127.0.0.1:8080/nifi", portName="in")   # doctest: +SKIP
+    >>> with client.create_transaction("send") as tx:                                 # doctest: +SKIP
+    ...     tx.send(b"hello", {"filename": "a.txt"})
+    ...     tx.confirm()
+    ...     completion = tx.complete()
+    """
+
+    def __init__(self, config: SiteToSiteClientConfig | Mapping[str, Any] | None = None, /,
+                 **options: Any) -> None:
+        if isinstance(config, SiteToSiteClientConfig):
+            if options:
+                config = config.replace(**options)
+        else:
+            config = SiteToSiteClientConfig.from_options(dict(config or {}), **options)
+        self.config = config
+        self._lock = threading.RLock()
+        self._transport: HttpTransport | None = None
+        self._site: SiteInfoProvider | None = None
+        self._peers: PeerManager | None = None
+        self._version = 1
+        self._open: set[Any] = set()
+        self._closed = False
+        self._port_ids: dict[Direction, str] = {}
+
+    # -- lazily built parts ------------------------------------------------------------------
+    def _parts(self) -> tuple[HttpTransport, SiteInfoProvider, PeerManager]:
+        with self._lock:
+            if self._closed:
+                raise S2SError("the client is closed")
+            if self._transport is None:
+                cfg = self.config
+                self._transport = HttpTransport(cfg)
+                self._site = SiteInfoProvider(self._transport, cfg.urls, cfg.cache_expiration, self.headers)
+                self._peers = PeerManager(
+                    self._transport,
+                    self._site,
+                    cluster_urls=cfg.urls,
+                    refresh_seconds=cfg.peer_refresh_interval,
+                    penalization_seconds=cfg.penalization_period,
+                    headers=self.headers,
+                    persistence_file=cfg.peer_persistence_file,
+                )
+            assert self._site is not None and self._peers is not None
+            return self._transport, self._site, self._peers
+
+    def headers(self) -> dict[str, str]:
+        """Version and handshake headers NiFi's client puts on every request (§1.1)."""
+        cfg = self.config
+        return handshake_headers(
+            cfg.use_compression,
+            int(cfg.idle_expiration * 1000),
+            cfg.batch_count,
+            cfg.batch_size,
+            int(cfg.batch_duration * 1000),
+            version=self._version,
+        )
+
+    # -- information -------------------------------------------------------------------------
+    def site_info(self, *, refresh: bool = False) -> SiteInfo:
+        """Site information from the first cluster URL that answers (cached)."""
+        return self._parts()[1].get(refresh=refresh)
+
+    def port_identifier(self, direction: Direction | str) -> str:
+        """The configured port's id (``portIdentifier``, or ``portName`` resolved)."""
+        direction = Direction.parse(direction)
+        cfg = self.config
+        if cfg.port_identifier:
+            return cfg.port_identifier
+        if not cfg.port_name:
+            raise ConfigError("Set portName or portIdentifier to create transactions", option="portName")
+        return self._parts()[1].port_id(cfg.port_name, direction)
+
+    def peer_statuses(self, direction: Direction | str = Direction.SEND, *, refresh: bool = False
+                      ) -> list[tuple[PeerStatus, float]]:
+        """Known peers with their selection weight for ``direction`` (penalized peers: 0)."""
+        return self._parts()[2].statuses(Direction.parse(direction), refresh=refresh)
+
+    def refresh_peers(self) -> bool:
+        """Fetch the peer list now; False when no peer answered (the old list is kept)."""
+        return self._parts()[2].refresh()
+
+    # -- transactions ------------------------------------------------------------------------
+    def create_transaction(self, direction: Direction | str) -> SendTransaction | ReceiveTransaction:
+        """Open a transaction with a peer chosen by NiFi's weights (§8, §9).
+
+        A failed creation penalizes that peer; an unknown port, a port that is not running, or
+        a 403 raise at once; other failures (unreachable, 401, destination full, 5xx) try the
+        next peer. When none is left, :class:`NoPeerAvailableError` lists every attempt. A
+        receive transaction starts its download here (as NiFi does): a 200 means no data.
+        """
+        direction = Direction.parse(direction)
+        transport, site, peers = self._parts()
+        port_id = self.port_identifier(direction)
+        attempts: list[str] = []
+        tried: set[tuple[str, int]] = set()
+        while True:
+            peer = peers.select(direction)
+            if peer is None or peer.key in tried:
+                if peer is None and not peers.peers:
+                    detail = "; ".join(peers.last_refresh_errors) or "the peer list is empty"
+                    attempts.append(f"no peers known ({detail})")
+                elif peer is None:
+                    attempts.append("every known peer is penalized")
+                raise NoPeerAvailableError(
+                    f"No peer could take a {direction.name} transaction for port {self.config.port}: "
+                    + "; ".join(attempts),
+                    port=self.config.port,
+                )
+            try:
+                tx = self._initiate(transport, peer, direction, port_id)
+            except S2SError as exc:
+                peers.penalize(peer)
+                exc.with_context(peer=peer.api_url, port=self.config.port)
+                if _raises_at_once(exc):
+                    raise
+                logger.info("transaction creation at %s failed (%s); trying the next peer", peer.api_url, exc)
+                attempts.append(f"{peer.hostname}:{peer.port}: {exc.message}")
+                tried.add(peer.key)
+                continue
+            with self._lock:
+                self._open.add(tx)
+            if isinstance(tx, ReceiveTransaction):
+                tx._open_download()
+            return tx
+
+    def _initiate(self, transport: HttpTransport, peer: PeerStatus, direction: Direction, port_id: str
+                  ) -> SendTransaction | ReceiveTransaction:
+        base = peer.api_url
+        headers = self.headers()
+        headers["Accept"] = "application/json"
+        if direction is Direction.SEND:
+            # NiFi primes proxy authentication before a SEND (the upload cannot be repeated)
+            transport.prime_proxy_auth(base, headers)
+        url = base + transactions_path(direction, port_id)
+        resp = transport.request("POST", url, headers=headers)
+        ctx = {"peer": base, "port": self.config.port or port_id}
+        if resp.status != 201:
+            raise _result_error(resp, resp.body, f"POST {url} (create transaction)", **ctx)
+        intent = resp.header(Header.LOCATION_INTENT)
+        location = resp.header(Header.LOCATION)
+        if intent != Header.LOCATION_INTENT_VALUE:
+            raise ProtocolError(f"201 without {Header.LOCATION_INTENT}: {Header.LOCATION_INTENT_VALUE}",
+                                http_status=201, **ctx)
+        if not location:
+            raise ProtocolError("Server returned RESPONSE_CODE_CREATED without Location header",
+                                http_status=201, **ctx)
+        version = accept_server_version(resp.header(Header.PROTOCOL_VERSION))
+        ttl = accept_server_ttl(resp.header(Header.SERVER_TTL))
+        self._version = version
+        tx_url = resolve_location(location, base)
+        logger.debug("created %s transaction %s (ttl %d s)", direction.name, tx_url, ttl)
+        cls = SendTransaction if direction is Direction.SEND else ReceiveTransaction
+        return cls(
+            transport=transport,
+            peer=peer,
+            port_id=port_id,
+            transaction_url=tx_url,
+            ttl_seconds=ttl,
+            headers=self.headers,
+            use_compression=self.config.use_compression,
+            timeout=self.config.timeout,
+            on_close=self._forget,
+        )
+
+    def _forget(self, tx: Any) -> None:
+        with self._lock:
+            self._open.discard(tx)
+
+    # -- conveniences ------------------------------------------------------------------------
+    def send(self, packets: Iterable[tuple[Mapping[str, str] | None, Any] | bytes]) -> TransactionCompletion:
+        """Send ``(attributes, content)`` pairs (or bare contents) in one transaction and commit."""
+        with self.create_transaction(Direction.SEND) as tx:
+            assert isinstance(tx, SendTransaction)
+            for item in packets:
+                if isinstance(item, (bytes, bytearray, memoryview, str)):
+                    tx.send(item)
+                else:
+                    attrs, content = item
+                    tx.send(content, attrs)
+            tx.confirm()
+            return tx.complete()
+
+    def receive(self) -> tuple[list[Any], TransactionCompletion]:
+        """Receive one transaction's FlowFiles (as :class:`DataPacket`) and commit."""
+        with self.create_transaction(Direction.RECEIVE) as tx:
+            assert isinstance(tx, ReceiveTransaction)
+            packets = list(tx)
+            tx.confirm()
+            return packets, tx.complete()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Cancel open transactions and close connections. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            open_txs = list(self._open)
+            self._open.clear()
+        for tx in open_txs:
+            try:
+                tx.cancel("client closed")
+            except S2SError as exc:
+                logger.warning("canceling %s on close failed: %s", tx.transaction_url, exc)
+        if self._transport is not None:
+            self._transport.close()
+
+    def __enter__(self) -> SiteToSiteClient:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SiteToSiteClient({self.config!r})"

@@ -1,0 +1,951 @@
+"""Send and receive transactions over HTTP(S): two-phase commit, CRC, TTL keep-alive, streaming.
+
+Owns: :class:`SendTransaction` (streamed chunked upload on a helper thread, server CRC
+compare, DELETE 12/19/15) and :class:`ReceiveTransaction` (streamed download, incremental
+decode or Arrow record batches, DELETE 12 with the checksum / 15), the keep-alive that PUTs the
+transaction URL every TTL//2 seconds while the transaction is open (stopped before the commit
+DELETE; a failed extension fails the transaction), and :class:`TransactionCompletion`.
+State changes go through the core's transition tables (``protocol.transaction``).
+
+Must not import: the server, the Spark layer. Packet bytes, CRC and compression come from the
+protocol core (``protocol.stream``, ``protocol.codec``, ``protocol.compression``).
+
+A transaction object is used by one thread (the keep-alive runs beside it).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import queue
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, BinaryIO
+from urllib.parse import urlencode
+
+from pyspark_s2s.client.http import HttpTransport
+from pyspark_s2s.errors import (
+    ChecksumMismatch,
+    HTTPStatusError,
+    ProtocolError,
+    S2SError,
+    TransactionStateError,
+    TransportError,
+    UnauthorizedError,
+    error_for_response,
+)
+from pyspark_s2s.protocol.codec import (
+    NEED_DATA,
+    ContentChunk,
+    DataPacket,
+    PacketEnd,
+    PacketStart,
+)
+from pyspark_s2s.protocol.codes import Direction, ResponseCode, TransactionResult
+from pyspark_s2s.protocol.peers import PeerStatus
+from pyspark_s2s.protocol.stream import PacketStreamDecoder, PacketStreamEncoder
+from pyspark_s2s.protocol.transaction import (
+    CLIENT_RECEIVE,
+    CLIENT_SEND,
+    ClientEvent,
+    ClientState,
+    TransactionStateMachine,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = [
+    "TransactionCompletion",
+    "SendTransaction",
+    "ReceiveTransaction",
+    "StreamedPacket",
+    "UPLOAD_CHUNK",
+]
+
+logger = logging.getLogger(__name__)
+
+#: body bytes handed to the upload thread at a time (small packets are coalesced up to this)
+UPLOAD_CHUNK = 256 << 10
+#: bytes read from a download at a time
+DOWNLOAD_CHUNK = 256 << 10
+#: content larger than this is streamed in chunks rather than encoded whole
+_STREAM_CONTENT_OVER = 1 << 20
+_QUEUE_DEPTH = 8
+_END = object()
+_ABORT = object()
+
+
+@dataclass(frozen=True)
+class TransactionCompletion:
+    """What a completed transaction did (NiFi ``TransactionCompletion`` plus context)."""
+
+    flow_files: int  #: packets sent or received
+    bytes: int  #: content bytes sent or received
+    backoff: bool  #: the server answered 14 (destination full): the caller should yield a while
+    duration: float  #: seconds from creation to completion
+    peer: str  #: API URL of the peer
+    transaction_url: str
+    response_code: int  #: 13/14 for send, 12 for receive (0 when nothing was received)
+    checksum: int  #: the transaction CRC32
+
+
+def _result_error(resp: Any, body: bytes, what: str, **ctx: Any) -> S2SError:
+    """Map an unexpected answer to an error: JSON results by code, other bodies by status."""
+    status = resp.status
+    text = body.decode("utf-8", "replace").strip()
+    result = TransactionResult.parse(body)
+    is_json = text.startswith("{") and result.message != text
+    if is_json:
+        msg = f"{what}: HTTP {status}, response code {result.response_code}"
+        if result.message:
+            msg += f": {result.message}"
+        return error_for_response(status, result.response_code, msg, **ctx)
+    snippet = text.replace("\n", " ")[:300]
+    if status in (401, 403):
+        return UnauthorizedError(f"{what} was refused: HTTP {status} {snippet}", http_status=status, **ctx)
+    return HTTPStatusError(f"{what}: HTTP {status} {snippet}", http_status=status,
+                           retriable=status >= 500, **ctx)
+
+
+class _KeepAlive:
+    """PUTs the transaction URL every ``interval`` seconds until stopped."""
+
+    def __init__(self, tx: _Transaction, interval: float) -> None:
+        self._tx = tx
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"s2s-keepalive-{tx.transaction_id}", daemon=True
+        )
+        self.extensions = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self._tx.extend()
+                self.extensions += 1
+            except S2SError as exc:
+                if self._stop.is_set():
+                    return
+                logger.warning("extending transaction %s failed: %s", self._tx.transaction_url, exc)
+                self._tx._keepalive_failed(exc)
+                return
+            except TransactionStateError:
+                return
+
+    def stop(self, wait: float | None = None) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(wait)
+
+
+class _Transaction:
+    direction: Direction
+    _table: Any
+
+    def __init__(
+        self,
+        *,
+        transport: HttpTransport,
+        peer: PeerStatus,
+        port_id: str,
+        transaction_url: str,
+        ttl_seconds: int,
+        headers: Callable[[], dict[str, str]],
+        use_compression: bool,
+        timeout: float,
+        on_close: Callable[[_Transaction], None] | None = None,
+    ) -> None:
+        self._transport = transport
+        self.peer = peer
+        self.port_id = port_id
+        self.transaction_url = transaction_url
+        self.transaction_id = transaction_url.rstrip("/").rsplit("/", 1)[-1]
+        self.ttl_seconds = ttl_seconds
+        self._headers = headers
+        self.use_compression = use_compression
+        self._timeout = timeout
+        self._on_close = on_close
+        self._lock = threading.RLock()
+        self._machine: TransactionStateMachine[ClientState, ClientEvent] = TransactionStateMachine(
+            self._table, ClientState.STARTED, transaction=transaction_url
+        )
+        self._failure: S2SError | None = None
+        self._created = time.monotonic()
+        self.flow_files = 0
+        self.bytes = 0
+        interval = ttl_seconds // 2 if ttl_seconds >= 2 else max(ttl_seconds / 2, 0.5)
+        self._keepalive = _KeepAlive(self, float(interval))
+        self._keepalive.start()
+
+    # -- context -----------------------------------------------------------------------------
+    @property
+    def state(self) -> ClientState:
+        return self._machine.state
+
+    @property
+    def peer_url(self) -> str:
+        return self.peer.api_url
+
+    @property
+    def extensions(self) -> int:
+        """How many TTL extensions (PUT) succeeded."""
+        return self._keepalive.extensions
+
+    def _ctx(self) -> dict[str, Any]:
+        return {"peer": self.peer_url, "port": self.port_id, "transaction": self.transaction_id}
+
+    def _err(self, exc: S2SError) -> S2SError:
+        return exc.with_context(**self._ctx())
+
+    def _check(self, event: ClientEvent) -> None:
+        """Raise TransactionStateError if ``event`` is illegal now (failure named as the cause)."""
+        if self._machine.can(event):
+            return
+        if self._failure is not None:
+            raise TransactionStateError(
+                f"Cannot {event.name.lower().replace('_', ' ')}: the transaction failed earlier: "
+                f"{self._failure.message}",
+                **self._ctx(),
+            ) from self._failure
+        self._machine.handle(event)  # raises with the allowed events
+
+    def _handle(self, event: ClientEvent) -> None:
+        with self._lock:
+            self._check(event)
+            self._machine.handle(event)
+
+    def _fail(self, exc: S2SError) -> S2SError:
+        """Move to ERROR, stop the keep-alive, drop connections; returns ``exc`` (context added)."""
+        err = self._err(exc)
+        with self._lock:
+            if self._failure is None:
+                self._failure = err
+            if self._machine.can(ClientEvent.FAIL):
+                self._machine.handle(ClientEvent.FAIL)
+        self._keepalive.stop()
+        self._abort_io()
+        self._closed()
+        return err
+
+    def _keepalive_failed(self, exc: S2SError) -> None:
+        self._fail(exc)
+
+    def _abort_io(self) -> None:  # overridden
+        pass
+
+    def _closed(self) -> None:
+        if self._on_close is not None:
+            self._on_close(self)
+            self._on_close = None
+
+    def _stop_keepalive(self) -> None:
+        self._keepalive.stop(wait=self._timeout + 1)
+
+    # -- requests ----------------------------------------------------------------------------
+    def _hdrs(self, **extra: str) -> dict[str, str]:
+        h = dict(self._headers())
+        h.update(extra)
+        return h
+
+    def extend(self) -> None:
+        """PUT the transaction URL to extend its TTL (the keep-alive does this on its own)."""
+        if self._machine.is_terminal:
+            raise TransactionStateError("transaction is finished", **self._ctx())
+        try:
+            resp = self._transport.request(
+                "PUT", self.transaction_url, headers=self._hdrs(Accept="application/json")
+            )
+        except S2SError as exc:
+            raise self._err(exc) from None
+        if resp.status != 200:
+            raise self._err(_result_error(resp, resp.body, f"PUT {self.transaction_url} (extend TTL)"))
+        logger.debug("extended transaction %s", self.transaction_url)
+
+    def _delete(self, params: dict[str, Any]) -> tuple[Any, TransactionResult]:
+        url = f"{self.transaction_url}?{urlencode(params)}"
+        try:
+            resp = self._transport.request("DELETE", url, headers=self._hdrs(Accept="application/json"))
+        except S2SError as exc:
+            raise self._err(exc) from None
+        if resp.status not in (200, 400):
+            raise self._err(_result_error(resp, resp.body, f"DELETE {url}"))
+        result = TransactionResult.parse(resp.body)
+        return resp, result
+
+    def cancel(self, reason: str = "canceled by the client") -> None:
+        """Cancel: stop the data transfer and tell the server (DELETE responseCode=15).
+
+        A finished (completed, canceled or failed) transaction is left alone.
+        """
+        with self._lock:
+            if not self._machine.can(ClientEvent.CANCEL):
+                return
+            self._machine.handle(ClientEvent.CANCEL)
+        logger.info("canceling transaction %s: %s", self.transaction_url, reason)
+        self._keepalive.stop(wait=self._timeout + 1)
+        self._abort_io()
+        try:
+            resp, result = self._delete({"responseCode": int(ResponseCode.CANCEL_TRANSACTION)})
+            if resp.status != 200:
+                logger.info("cancel of %s answered HTTP %s: %s", self.transaction_url, resp.status, result.message)
+        except S2SError as exc:
+            if exc.http_status != 404:
+                raise
+            logger.debug("cancel of %s: server no longer knows the transaction", self.transaction_url)
+        finally:
+            self._closed()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self._machine.is_terminal:
+            return
+        reason = f"{exc_type.__name__}: {exc}" if exc_type is not None else "transaction left open"
+        try:
+            self.cancel(reason)
+        except S2SError as cancel_exc:
+            if exc_type is None:
+                raise
+            logger.warning("cancel after %s failed: %s", reason, cancel_exc)
+
+    def _completion(self, response_code: int, checksum: int, backoff: bool = False) -> TransactionCompletion:
+        return TransactionCompletion(
+            flow_files=self.flow_files,
+            bytes=self.bytes,
+            backoff=backoff,
+            duration=time.monotonic() - self._created,
+            peer=self.peer_url,
+            transaction_url=self.transaction_url,
+            response_code=response_code,
+            checksum=checksum,
+        )
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(peer={self.peer_url!r}, transaction={self.transaction_id!r}, "
+                f"state={self.state.name}, flow_files={self.flow_files})")
+
+
+# -- send ------------------------------------------------------------------------------------
+
+
+class _Upload:
+    """The streamed upload POST, run on a helper thread fed by a bounded queue."""
+
+    def __init__(self, tx: SendTransaction) -> None:
+        self._tx = tx
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=_QUEUE_DEPTH)
+        self.response_status: int | None = None
+        self.response_body = b""
+        self.error: S2SError | None = None
+        self._aborted = False
+        self._thread = threading.Thread(target=self._run, name=f"s2s-upload-{tx.transaction_id}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _body(self) -> Iterator[bytes]:
+        while True:
+            item = self._queue.get()
+            if item is _END:
+                return
+            if item is _ABORT:
+                raise ConnectionAbortedError("upload aborted by the client")
+            yield item
+
+    def _run(self) -> None:
+        tx = self._tx
+        url = tx.transaction_url + "/flow-files"
+        headers = tx._hdrs(**{"Content-Type": "application/octet-stream", "Accept": "text/plain"})
+        try:
+            resp = tx._transport.open("POST", url, headers=headers, body=self._body(), chunked=True,
+                                      replayable=False)
+            self.response_status = resp.status
+            self.response_body = resp.data or b""
+        except S2SError as exc:
+            self.error = exc
+        except ConnectionAbortedError:
+            self.error = TransportError("upload aborted by the client")
+        finally:
+            # unblock a producer waiting on a full queue
+            self._drain()
+
+    def _drain(self) -> None:
+        try:
+            while True:
+                self._queue.get_nowait()
+        except queue.Empty:
+            pass
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def put(self, chunk: Any) -> None:
+        """Hand a chunk to the upload thread; raises when the upload has ended."""
+        while True:
+            if not self._thread.is_alive():
+                raise self._ended_early()
+            try:
+                self._queue.put(chunk, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
+    def _ended_early(self) -> S2SError:
+        if self.error is not None:
+            return self.error
+        body = self.response_body.decode("utf-8", "replace")[:300]
+        return TransportError(
+            f"The server ended the upload early with HTTP {self.response_status}: {body}",
+            http_status=self.response_status,
+        )
+
+    def finish(self) -> None:
+        """End the body and wait for the response (bounded by the read timeout)."""
+        if self._thread.is_alive():
+            try:
+                self.put(_END)
+            except S2SError:
+                pass
+        self._thread.join()
+
+    def abort(self) -> None:
+        if self._aborted:
+            return
+        self._aborted = True
+        if self._thread.is_alive():
+            self._drain()
+            try:
+                self._queue.put_nowait(_ABORT)
+            except queue.Full:
+                pass
+            self._thread.join(timeout=self._tx._timeout + 1)
+
+
+class SendTransaction(_Transaction):
+    """A transaction that sends FlowFiles to an input port.
+
+    ``send()`` as often as needed (content streams to the server as you go), then ``confirm()``
+    (ends the upload, compares the server's CRC with ours) and ``complete()`` (commits).
+    """
+
+    direction = Direction.SEND
+    _table = CLIENT_SEND
+
+    def __init__(self, **kw: Any) -> None:
+        self._encoder = PacketStreamEncoder(compress=kw["use_compression"])
+        self._pending = bytearray()
+        self._upload: _Upload | None = None
+        self._server_checksum: int | None = None
+        super().__init__(**kw)
+
+    def _put(self, data: bytes) -> None:
+        if not data:
+            return
+        self._pending += data
+        if len(self._pending) >= UPLOAD_CHUNK:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending:
+            chunk = bytes(self._pending)
+            self._pending.clear()
+            assert self._upload is not None
+            self._upload.put(chunk)
+
+    def _start_upload(self) -> None:
+        self._transport.prime_proxy_auth(self.peer_url, self._hdrs(Accept="application/json"))
+        self._upload = _Upload(self)
+        self._upload.start()
+
+    def send(
+        self,
+        content: bytes | bytearray | memoryview | BinaryIO | str,
+        attributes: Mapping[str, str] | None = None,
+        length: int | None = None,
+    ) -> None:
+        """Send one FlowFile: ``content`` as bytes (or str, UTF-8) or a binary file-like object.
+
+        File-like content is streamed in chunks and never held whole; its length is taken from
+        ``length``, or from the file (seekable files); a non-seekable stream of unknown length
+        is spooled to a temporary file first.
+        """
+        with self._lock:
+            self._check(ClientEvent.SEND_PACKET)
+        attrs = dict(attributes or {})
+        for k, v in attrs.items():
+            if not isinstance(k, str) or not isinstance(v, str):
+                raise TypeError(f"attribute names and values must be str; got {k!r}: {v!r}")
+        if isinstance(content, str):
+            content = content.encode("utf-8")
+        try:
+            if self._upload is None:
+                self._start_upload()
+            if isinstance(content, (bytes, bytearray, memoryview)):
+                data = memoryview(content).cast("B")
+                if len(data) <= _STREAM_CONTENT_OVER:
+                    self._put(self._encoder.packet(attrs, data))
+                else:
+                    self._put(self._encoder.begin(attrs, len(data)))
+                    for i in range(0, len(data), UPLOAD_CHUNK):
+                        self._put(self._encoder.content(data[i : i + UPLOAD_CHUNK]))
+                    self._put(self._encoder.end())
+                size = len(data)
+            else:
+                size = self._send_stream(content, attrs, length)
+        except S2SError as exc:
+            raise self._fail(exc) from None
+        except ProtocolError as exc:  # pragma: no cover - ProtocolError is an S2SError
+            raise self._fail(exc) from None
+        self._handle(ClientEvent.SEND_PACKET)
+        self.flow_files += 1
+        self.bytes += size
+
+    def _send_stream(self, stream: BinaryIO, attrs: dict[str, str], length: int | None) -> int:
+        spooled: Any = None
+        if length is None:
+            length = _stream_length(stream)
+        if length is None:
+            spooled = tempfile.SpooledTemporaryFile(max_size=8 << 20)
+            while True:
+                block = stream.read(UPLOAD_CHUNK)
+                if not block:
+                    break
+                spooled.write(block)
+            length = spooled.tell()
+            spooled.seek(0)
+            stream = spooled
+        try:
+            self._put(self._encoder.begin(attrs, length))
+            left = length
+            while left > 0:
+                block = stream.read(min(UPLOAD_CHUNK, left))
+                if not block:
+                    raise ProtocolError(
+                        f"content stream ended {left} bytes before the declared length {length}"
+                    )
+                self._put(self._encoder.content(block))
+                left -= len(block)
+            self._put(self._encoder.end())
+        finally:
+            if spooled is not None:
+                spooled.close()
+        return length
+
+    @property
+    def checksum(self) -> int:
+        """Our CRC32 of everything sent so far."""
+        return self._encoder.checksum
+
+    def confirm(self) -> None:
+        """End the upload and compare checksums; a mismatch cancels (DELETE 19) and raises."""
+        with self._lock:
+            self._check(ClientEvent.CONFIRM)
+        upload = self._upload
+        assert upload is not None
+        try:
+            self._flush()
+        except S2SError as exc:
+            raise self._fail(exc) from None
+        upload.finish()
+        if upload.error is not None:
+            raise self._fail(upload.error)
+        status, body = upload.response_status, upload.response_body
+        if status != 202:
+            fake = type("R", (), {"status": status})
+            raise self._fail(_result_error(fake, body, f"POST {self.transaction_url}/flow-files"))
+        text = body.decode("utf-8", "replace").strip()
+        try:
+            server_crc = int(text)
+        except ValueError:
+            raise self._fail(ProtocolError(
+                f"upload answered 202 without a checksum (body {text[:100]!r})", http_status=202
+            )) from None
+        self._server_checksum = server_crc
+        ours = self._encoder.checksum
+        if server_crc != ours:
+            logger.warning("checksum mismatch on %s: ours %d, peer %d", self.transaction_url, ours, server_crc)
+            self._stop_keepalive()
+            detail = ""
+            try:
+                resp, result = self._delete({"responseCode": int(ResponseCode.BAD_CHECKSUM)})
+                detail = f" (server answered {result.response_code} to BAD_CHECKSUM)"
+            except S2SError as exc:
+                detail = f" (telling the server failed: {exc.message})"
+            raise self._fail(ChecksumMismatch(
+                f"Sent content's checksum {ours} differs from the peer's: peer calculated CRC32 Checksum as "
+                f"{server_crc}; the transaction was canceled{detail}",
+                http_status=202,
+            ))
+        self._handle(ClientEvent.CONFIRM)
+
+    def complete(self) -> TransactionCompletion:
+        """Commit (DELETE responseCode=12); result 13 = done, 14 = done but back off."""
+        with self._lock:
+            self._check(ClientEvent.COMPLETE)
+        self._stop_keepalive()
+        try:
+            resp, result = self._delete({"responseCode": int(ResponseCode.CONFIRM_TRANSACTION)})
+        except S2SError as exc:
+            raise self._fail(exc) from None
+        code = result.response_code
+        if resp.status != 200 or code not in (13, 14):
+            err = _result_error(resp, resp.body, f"commit DELETE {self.transaction_url}") if resp.status != 200 \
+                else ProtocolError(
+                    f"commit answered response code {code} ({result.message}); expected 13 or 14",
+                    http_status=200, response_code=code)
+            raise self._fail(err)
+        self._handle(ClientEvent.COMPLETE)
+        self._closed()
+        backoff = code == ResponseCode.TRANSACTION_FINISHED_BUT_DESTINATION_FULL
+        if backoff:
+            logger.info("peer %s: destination full after commit; back off", self.peer_url)
+        return self._completion(code, self._encoder.checksum, backoff)
+
+    def _abort_io(self) -> None:
+        if self._upload is not None:
+            self._upload.abort()
+
+
+def _stream_length(stream: Any) -> int | None:
+    try:
+        fileno = stream.fileno()
+        st = os.fstat(fileno)
+        import stat
+
+        if stat.S_ISREG(st.st_mode):
+            return st.st_size - stream.tell()
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        pass
+    try:
+        if stream.seekable():
+            pos = stream.tell()
+            end = stream.seek(0, io.SEEK_END)
+            stream.seek(pos)
+            return end - pos
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        pass
+    return None
+
+
+# -- receive ---------------------------------------------------------------------------------
+
+
+class StreamedPacket:
+    """A received FlowFile whose content is read as a stream (``receive(stream=True)``).
+
+    Read ``content`` (a file-like object) completely, or call :meth:`read_all`, before the next
+    ``receive()``; unread content is skipped (and still checksummed) by the next call.
+    """
+
+    def __init__(self, tx: ReceiveTransaction, attributes: dict[str, str], length: int,
+                 first: bytes | None = None) -> None:
+        self.attributes = attributes
+        self.length = length
+        self._tx = tx
+        self._buf = first or b""
+        self._done = first is not None
+        self.content = _PacketReader(self)
+
+    def _next_chunk(self) -> bytes:
+        if self._buf:
+            data, self._buf = self._buf, b""
+            return data
+        if self._done:
+            return b""
+        data = self._tx._next_content_chunk()
+        if data is None:
+            self._done = True
+            return b""
+        return data
+
+    def read_all(self) -> bytes:
+        return self.content.read()
+
+    def chunks(self) -> Iterator[bytes]:
+        while True:
+            data = self._next_chunk()
+            if not data:
+                return
+            yield data
+
+    def __repr__(self) -> str:
+        return f"StreamedPacket(attributes={self.attributes!r}, length={self.length})"
+
+
+class _PacketReader(io.RawIOBase):
+    def __init__(self, packet: StreamedPacket) -> None:
+        self._packet = packet
+        self._rest = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        if not self._rest:
+            self._rest = self._packet._next_chunk()
+            if not self._rest:
+                return 0
+        n = min(len(b), len(self._rest))
+        b[:n] = self._rest[:n]
+        self._rest = self._rest[n:]
+        return n
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            parts = [self._rest] if self._rest else []
+            self._rest = b""
+            parts.extend(self._packet.chunks())
+            return b"".join(parts)
+        return super().read(size) or b""
+
+
+class ReceiveTransaction(_Transaction):
+    """A transaction that receives FlowFiles from an output port.
+
+    ``receive()`` until it returns None (or ``receive_record_batch()`` until None), then
+    ``confirm()`` (DELETE responseCode=12 with our CRC; the server compares) and ``complete()``.
+    Use one of the two reading styles per transaction.
+    """
+
+    direction = Direction.RECEIVE
+    _table = CLIENT_RECEIVE
+
+    def __init__(self, **kw: Any) -> None:
+        self._resp: Any = None
+        self._eof = False
+        self._mode: str | None = None
+        self._decoder = PacketStreamDecoder(compressed=kw["use_compression"])
+        self._streaming: StreamedPacket | None = None
+        self._batch_reader: Any = None
+        self.has_data = False
+        self._checksum: int = 0
+        super().__init__(**kw)
+
+    # -- opening -----------------------------------------------------------------------------
+    def _open_download(self) -> None:
+        """GET the flow-files (NiFi does this while creating the transaction)."""
+        url = self.transaction_url + "/flow-files"
+        try:
+            resp = self._transport.open("GET", url, headers=self._hdrs(), stream=True)
+        except S2SError as exc:
+            raise self._fail(exc) from None
+        if resp.status == 200:
+            # "no data": the body is a plain-text remark; discard it
+            resp.drain_conn()
+            resp.release_conn()
+            logger.debug("transaction %s: no data (200)", self.transaction_url)
+            self._eof = True
+            self._handle(ClientEvent.RECEIVE_END)
+            return
+        if resp.status != 202:
+            body = resp.read(64 << 10) or b""
+            resp.release_conn()
+            raise self._fail(_result_error(resp, body, f"GET {url}"))
+        self.has_data = True
+        self._resp = resp
+
+    def _read_raw(self) -> bytes:
+        """Next bytes of the download body; b'' at its end."""
+        if self._resp is None or self._eof:
+            return b""
+        try:
+            data = self._resp.read1(DOWNLOAD_CHUNK, decode_content=False) or b""
+        except Exception as exc:  # urllib3/socket errors while streaming
+            raise self._fail(self._transport._translate(exc, self.transaction_url + "/flow-files", "GET")) from None
+        if not data:
+            self._eof = True
+            self._resp.release_conn()
+        return data
+
+    def _end_of_data(self) -> None:
+        self._handle(ClientEvent.RECEIVE_END)
+        # NiFi stops extending at the end of the download; we keep the keep-alive running
+        # until the commit DELETE, which the caller may delay (it costs one PUT per TTL/2)
+
+    # -- receive() ---------------------------------------------------------------------------
+    def _set_mode(self, mode: str) -> None:
+        if self._mode is None:
+            self._mode = mode
+        elif self._mode != mode:
+            raise TransactionStateError(
+                "receive() and receive_record_batch() cannot be mixed in one transaction", **self._ctx()
+            )
+
+    def _next_event(self) -> Any:
+        while True:
+            ev = self._decoder.next_event()
+            if ev is not NEED_DATA:
+                return ev
+            data = self._read_raw()
+            if not data:
+                self._decoder.end_of_stream()
+                return None
+            self._decoder.feed(data)
+
+    def _next_content_chunk(self) -> bytes | None:
+        try:
+            ev = self._next_event()
+        except ProtocolError as exc:
+            raise self._fail(exc) from None
+        if isinstance(ev, ContentChunk):
+            self.bytes += len(ev.data)
+            return ev.data
+        if isinstance(ev, PacketEnd):
+            self._streaming = None
+            return None
+        raise self._fail(ProtocolError("stream ended inside a packet's content"))
+
+    def receive(self, *, stream: bool = False) -> DataPacket | StreamedPacket | None:
+        """The next FlowFile, or None when the server has no more (for this transaction).
+
+        Content of up to 1 MiB arrives whole; larger content too, unless ``stream=True``, which
+        returns a :class:`StreamedPacket` whose ``content`` is read as a stream.
+        """
+        with self._lock:
+            if self._machine.state is ClientState.DATA_RECEIVED:
+                return None
+            self._check(ClientEvent.RECEIVE_PACKET)
+        self._set_mode("packets")
+        if self._streaming is not None:
+            # skip what the caller did not read of the previous streamed packet
+            for _ in self._streaming.chunks():
+                pass
+            self._streaming = None
+        try:
+            ev = self._next_event()
+        except ProtocolError as exc:
+            raise self._fail(exc) from None
+        except S2SError:
+            raise
+        if ev is None:
+            self._checksum = self._decoder.checksum
+            self._end_of_data()
+            return None
+        if isinstance(ev, DataPacket):
+            self._handle(ClientEvent.RECEIVE_PACKET)
+            self.flow_files += 1
+            self.bytes += len(ev.content)
+            if stream:
+                return StreamedPacket(self, dict(ev.attributes), len(ev.content), first=ev.content)
+            return ev
+        if isinstance(ev, PacketStart):
+            self._handle(ClientEvent.RECEIVE_PACKET)
+            self.flow_files += 1
+            packet = StreamedPacket(self, dict(ev.attributes), ev.content_length)
+            if stream:
+                self._streaming = packet
+                return packet
+            return DataPacket(packet.attributes, packet.read_all())
+        raise self._fail(ProtocolError(f"unexpected decoder event {ev!r}"))
+
+    def __iter__(self) -> Iterator[DataPacket]:
+        while True:
+            pkt = self.receive()
+            if pkt is None:
+                return
+            assert isinstance(pkt, DataPacket)
+            yield pkt
+
+    # -- Arrow -------------------------------------------------------------------------------
+    def receive_record_batch(self, max_rows: int = 65536, max_bytes: int = 64 << 20) -> pa.RecordBatch | None:
+        """Up to ``max_rows`` FlowFiles (stopping after ``max_bytes`` of content) as one Arrow
+        record batch ``(content binary, attributes map<string,string>)``; None at the end."""
+        from pyspark_s2s.client.arrow import BatchReader
+
+        with self._lock:
+            if self._machine.state is ClientState.DATA_RECEIVED:
+                return None
+            self._check(ClientEvent.RECEIVE_PACKET)
+        self._set_mode("batches")
+        if self._batch_reader is None:
+            self._batch_reader = BatchReader(self._read_raw, compressed=self.use_compression)
+        try:
+            batch = self._batch_reader.next_batch(max_rows, max_bytes)
+        except ProtocolError as exc:
+            raise self._fail(exc) from None
+        if batch is None:
+            self._checksum = self._batch_reader.checksum
+            self._end_of_data()
+            return None
+        n = batch.num_rows
+        with self._lock:
+            for _ in range(min(n, 1)):
+                self._machine.handle(ClientEvent.RECEIVE_PACKET)
+        self.flow_files += n
+        self.bytes += self._batch_reader.last_content_bytes
+        return batch
+
+    # -- commit ------------------------------------------------------------------------------
+    @property
+    def checksum(self) -> int:
+        if self._mode == "batches" and self._batch_reader is not None:
+            return self._batch_reader.checksum
+        return self._decoder.checksum
+
+    def confirm(self) -> None:
+        """Confirm (DELETE responseCode=12&checksum=<our CRC>); the server compares checksums.
+
+        All data must have been received first. With no data nothing is sent.
+        """
+        with self._lock:
+            if not self._machine.can(ClientEvent.CONFIRM) and self._failure is None and \
+                    self._machine.state in (ClientState.STARTED, ClientState.DATA_EXCHANGED):
+                raise TransactionStateError(
+                    "Cannot confirm: not all data of the transaction has been received "
+                    "(call receive() until it returns None)", **self._ctx())
+            self._check(ClientEvent.CONFIRM)
+        crc = self.checksum
+        self._stop_keepalive()
+        if self.flow_files == 0:
+            self._handle(ClientEvent.CONFIRM)
+            self._result_code = 0
+            return
+        try:
+            resp, result = self._delete({"responseCode": int(ResponseCode.CONFIRM_TRANSACTION), "checksum": crc})
+        except S2SError as exc:
+            raise self._fail(exc) from None
+        code = result.response_code
+        if code == ResponseCode.BAD_CHECKSUM:
+            raise self._fail(ChecksumMismatch(
+                f"Received a BadChecksum response from peer: our CRC32 was {crc}"
+                + (f" ({result.message})" if result.message else ""),
+                http_status=resp.status,
+            ))
+        if resp.status != 200 or code != ResponseCode.CONFIRM_TRANSACTION:
+            raise self._fail(_result_error(resp, resp.body, f"confirm DELETE {self.transaction_url}")
+                             if resp.status != 200 else ProtocolError(
+                                 f"confirm answered response code {code}; expected 12", response_code=code))
+        self._result_code = code
+        self._handle(ClientEvent.CONFIRM)
+
+    def complete(self) -> TransactionCompletion:
+        """Finish locally (the server committed at confirm)."""
+        self._handle(ClientEvent.COMPLETE)
+        self._closed()
+        return self._completion(getattr(self, "_result_code", 0), self.checksum)
+
+    def _abort_io(self) -> None:
+        resp = self._resp
+        if resp is not None and not self._eof:
+            self._eof = True
+            try:
+                resp.close()
+            except OSError:
+                pass
+            conn = getattr(resp, "connection", None)
+            if conn is not None:
+                try:
+                    conn.close()
+                except OSError:
+                    pass
