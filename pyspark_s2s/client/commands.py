@@ -478,7 +478,7 @@ def receive(args: argparse.Namespace) -> int:
     client = _make_client(base)
     clients = [client]
     progress = Progress("received", total_files=limit)
-    total_files = total_bytes = transactions = 0
+    total_files = total_bytes = transactions = empty = 0
     try:
         while limit is None or total_files < limit:
             per_tx = base.get("batchCount")
@@ -489,7 +489,11 @@ def receive(args: argparse.Namespace) -> int:
                 clients.append(client)
             files, nbytes, completion = _receive_one(client, out_dir, progress)
             if files == 0:
-                break
+                empty += 1
+                if _drained(client, empty):
+                    break
+                continue
+            empty = 0
             transactions += 1
             total_files += files
             total_bytes += nbytes
@@ -510,6 +514,26 @@ def receive(args: argparse.Namespace) -> int:
         flush=True,
     )
     return 0
+
+
+def _drained(client: Any, empty_in_a_row: int) -> bool:
+    """After an empty transaction: is the port empty everywhere?
+
+    One peer answering "no data" says nothing about the others in a cluster. The peer list is
+    fetched again: when no peer has anything queued, the port is drained; otherwise another
+    transaction goes (by NiFi's RECEIVE weights) preferably to a peer with data. The queued
+    counts are per node, not per port, so after two empty transactions per peer in a row we
+    stop anyway.
+    """
+    try:
+        client.refresh_peers()
+        statuses = client.peer_statuses("receive")
+    except Exception as exc:  # noqa: BLE001 - an unreadable peer list just ends the pull
+        logger.info("peer refresh after an empty transaction failed: %s", exc)
+        return True
+    if sum(status.flow_file_count for status, _weight in statuses) == 0:
+        return True
+    return empty_in_a_row >= 2 * max(1, len(statuses))
 
 
 def _receive_one(client: Any, out_dir: str, progress: Progress) -> tuple[int, int, Any]:
@@ -561,6 +585,9 @@ def _receive_one(client: Any, out_dir: str, progress: Progress) -> tuple[int, in
 def peers(args: argparse.Namespace) -> int:
     client = _make_client(client_options(args))
     try:
+        client.site_info()  # raises with the reason when no URL answers
+        if not client.refresh_peers():
+            raise CommandError(f"no peer answered GET /site-to-site/peers (bootstrap URLs: {args.url})")
         statuses = client.peer_statuses(args.direction)
     finally:
         _close(client)
