@@ -1,0 +1,197 @@
+"""Helpers of the client tests: a real proxy.py process, a request-recording HTTP stub that can
+misbehave in ways the reference server deliberately cannot, and packet builders."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+CLIENT_ATTRS = {"Client attr 1": "Client attr 1 value", "Client attr 2": "Client attr 2 value"}
+# NiFi's tests hashed Java's HashMap order: "Client attr 2" first (PROTOCOL.md §12 extra vectors)
+JAVA_ORDER_ATTRS = {"Client attr 2": "Client attr 2 value", "Client attr 1": "Client attr 1 value"}
+CLIENT_CONTENT = b"Example contents from client."
+
+
+class ProxyProcess:
+    """``python -m proxy`` (proxy.py) on 127.0.0.1, optionally with Basic auth."""
+
+    def __init__(self, basic_auth: tuple[str, str] | None = None) -> None:
+        self.basic_auth = basic_auth
+        self._tmp = tempfile.TemporaryDirectory(prefix="s2s-proxy-")
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> ProxyProcess:
+        port_file = Path(self._tmp.name) / "port"
+        args = [sys.executable, "-m", "proxy", "--hostname", "127.0.0.1", "--port", "0",
+                "--port-file", str(port_file), "--num-workers", "2", "--num-acceptors", "1",
+                "--log-level", "WARNING"]
+        if self.basic_auth:
+            args += ["--basic-auth", f"{self.basic_auth[0]}:{self.basic_auth[1]}"]
+        self._log = open(Path(self._tmp.name) / "log", "wb")
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if port_file.exists() and port_file.read_text().strip():
+                self.port = int(port_file.read_text().strip())
+                break
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"proxy.py exited: {self.log_text()}")
+            time.sleep(0.05)
+        else:
+            raise RuntimeError("proxy.py did not start")
+        # wait until it accepts connections
+        import socket
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        return self
+
+    def log_text(self) -> str:
+        return (Path(self._tmp.name) / "log").read_text(errors="replace")
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()
+        self._tmp.cleanup()
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class Reply:
+    status: int
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+class Stub:
+    """A scripted HTTP/1.1 server that records every request.
+
+    ``routes`` maps ``(method, path prefix)`` to a Reply or a callable(Recorded) -> Reply; the
+    longest matching prefix wins. Unmatched requests get 404.
+    """
+
+    def __init__(self) -> None:
+        self.requests: list[Recorded] = []
+        self.routes: dict[tuple[str, str], Reply | Callable[[Recorded], Reply]] = {}
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _handle(self) -> None:
+                body = b""
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    parts = []
+                    while True:
+                        size = int(self.rfile.readline().strip() or b"0", 16)
+                        if size == 0:
+                            self.rfile.readline()
+                            break
+                        parts.append(self.rfile.read(size))
+                        self.rfile.readline()
+                    body = b"".join(parts)
+                elif self.headers.get("Content-Length"):
+                    body = self.rfile.read(int(self.headers["Content-Length"]))
+                rec = Recorded(self.command, self.path, {k: v for k, v in self.headers.items()}, body)
+                stub.requests.append(rec)
+                reply = stub.reply_for(rec)
+                if reply.delay:
+                    time.sleep(reply.delay)
+                self.send_response(reply.status)
+                for k, v in reply.headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(reply.body)))
+                self.end_headers()
+                self.wfile.write(reply.body)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _handle
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/nifi"
+        self.api = f"http://127.0.0.1:{self.port}/nifi-api"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def reply_for(self, rec: Recorded) -> Reply:
+        best = None
+        for (method, prefix), reply in self.routes.items():
+            if method == rec.method and rec.path.startswith(prefix):
+                if best is None or len(prefix) > len(best[0]):
+                    best = (prefix, reply)
+        if best is None:
+            return Reply(404, b"not found")
+        reply = best[1]
+        return reply(rec) if callable(reply) else reply
+
+    def __enter__(self) -> Stub:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    # a NiFi-like site
+    def nifi_site(self, *, input_ports: dict[str, str] | None = None, output_ports: dict[str, str] | None = None,
+                  peers: list[dict[str, Any]] | None = None, ttl: int = 30) -> None:
+        controller = {
+            "id": "stub", "name": "stub", "remoteSiteHttpListeningPort": self.port, "siteToSiteSecure": False,
+            "inputPorts": [{"id": i, "name": n, "state": "RUNNING"} for n, i in (input_ports or {}).items()],
+            "outputPorts": [{"id": i, "name": n, "state": "RUNNING"} for n, i in (output_ports or {}).items()],
+        }
+        self.routes[("GET", "/nifi-api/site-to-site")] = Reply(
+            200, json.dumps({"controller": controller}).encode(), {"Content-Type": "application/json"})
+        if peers is None:
+            peers = [{"hostname": "127.0.0.1", "port": self.port, "secure": False, "flowFileCount": 10}]
+        self.routes[("GET", "/nifi-api/site-to-site/peers")] = Reply(
+            200, json.dumps({"peers": peers}).encode(), {"Content-Type": "application/json"})
+
+        def create(rec: Recorded) -> Reply:
+            return Reply(201, b'{"flowFileSent":0,"responseCode":1,"message":"ok"}', {
+                "Location": f"http://127.0.0.1:{self.port}{rec.path}/tx-{len(self.requests)}",
+                "x-location-uri-intent": "transaction-url",
+                "x-nifi-site-to-site-protocol-version": "1",
+                "x-nifi-site-to-site-server-transaction-ttl": str(ttl),
+                "Content-Type": "application/json",
+            })
+
+        self.routes[("POST", "/nifi-api/data-transfer/")] = create
+
+    def of(self, method: str, contains: str = "") -> list[Recorded]:
+        return [r for r in self.requests if r.method == method and contains in r.path]
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
