@@ -380,6 +380,7 @@ class ServerProcess(_Base):
         self.urls = []
         self.lines: list[str] = []
         self._stderr_file: Any = None
+        self._stderr_saved = ""
 
     @property
     def pid(self) -> int:
@@ -388,7 +389,7 @@ class ServerProcess(_Base):
 
     def stderr_text(self) -> str:
         if self._stderr_file is None:
-            return ""
+            return self._stderr_saved
         self._stderr_file.flush()
         self._stderr_file.seek(0)
         return self._stderr_file.read().decode("utf-8", "replace")
@@ -433,6 +434,7 @@ class ServerProcess(_Base):
                 continue
             if line is None:
                 code = self.proc.wait(timeout=10)
+                self.stop()
                 raise ServerStartError(
                     f"server exited with status {code} before it was ready; stdout={self.lines!r}; "
                     f"stderr:\n{self.stderr_text()}"
@@ -457,6 +459,10 @@ class ServerProcess(_Base):
                 self.proc.wait(timeout=timeout)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+        if self._stderr_file is not None:
+            self._stderr_saved = self.stderr_text()
+            self._stderr_file.close()
+            self._stderr_file = None
         code = self.proc.returncode
         self._cleanup_tls()
         return code
@@ -466,9 +472,6 @@ class ServerProcess(_Base):
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
-        if self._stderr_file is not None:
-            self._stderr_file.close()
-            self._stderr_file = None
 
 
 class ServerThread(_Base):

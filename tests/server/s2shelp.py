@@ -47,8 +47,8 @@ class S2S:
     def __init__(self, api: str, *, verify: Any = True, cert: Any = None, timeout: float = 30.0) -> None:
         self.api = api
         self.http = requests.Session()
-        self.http.verify = verify
-        self.http.cert = cert
+        self.verify = verify  # passed per request: a session-level verify loses to REQUESTS_CA_BUNDLE
+        self.cert = cert
         self.timeout = timeout
 
     def close(self) -> None:
@@ -58,6 +58,8 @@ class S2S:
         if not url.startswith("http"):
             url = self.api + url
         kw.setdefault("timeout", self.timeout)
+        kw.setdefault("verify", self.verify)
+        kw.setdefault("cert", self.cert)
         return self.http.request(method, url, headers=headers, **kw)
 
     def site_info(self, version: bool = True) -> requests.Response:
