@@ -446,11 +446,18 @@ class _Staging:
 
     def publish(self) -> None:
         """Rename every file to its final name and fsync the directory (before the commit)."""
+        published: list[str] = []
         for tmp, final in self.pending:
             try:
                 os.replace(tmp, final)
             except OSError as exc:
+                # the transaction is canceled and NiFi delivers these FlowFiles again: leave
+                # nothing of it behind
+                for path in published:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
                 raise _WriteFailed(final, exc) from None
+            published.append(final)
         try:
             _fsync_dir(self.out_dir)
         except OSError as exc:
