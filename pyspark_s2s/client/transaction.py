@@ -404,11 +404,9 @@ class _Upload:
     def _ended_early(self) -> S2SError:
         if self.error is not None:
             return self.error
-        body = self.response_body.decode("utf-8", "replace")[:300]
-        return TransportError(
-            f"The server ended the upload early with HTTP {self.response_status}: {body}",
-            http_status=self.response_status,
-        )
+        fake = type("R", (), {"status": self.response_status})
+        return _result_error(fake, self.response_body,
+                             f"POST {self._tx.transaction_url}/flow-files ended early")
 
     def finish(self) -> None:
         """End the body and wait for the response (bounded by the read timeout)."""
