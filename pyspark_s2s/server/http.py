@@ -365,9 +365,9 @@ class S2SHandler(BaseHTTPRequestHandler):
         self.send_bytes(status, result.to_json(), "application/json", headers)
 
     def send_error_result(self, exc: S2SError) -> None:
+        # no status (e.g. TransactionStateError, NiFi's IllegalStateException) -> 500 like NiFi's
+        # unexpectedErrorResponse, but with the real reason as message
         status = exc.http_status or 500
-        if isinstance(exc, TransactionStateError) and exc.http_status is None:
-            status = 409
         code = exc.response_code if exc.response_code is not None else ResponseCode.ABORT
         self.send_result(status, TransactionResult(0, int(code), exc.message))
 

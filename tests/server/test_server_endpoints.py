@@ -298,7 +298,7 @@ def test_second_upload_on_held_transaction_is_refused(srv, s2s: S2S) -> None:
     body, _ = encode(CLIENT_PACKETS)
     assert s2s.upload(tx, body).status_code == 202
     r = s2s.upload(tx, body)
-    assert r.status_code == 409 and result(r).response_code == 250
+    assert r.status_code == 500 and result(r).response_code == 250  # NiFi: IllegalStateException
     assert s2s.commit(tx, 12).json() == {"flowFileSent": 1, "responseCode": 13}
 
 
@@ -359,7 +359,7 @@ def test_commit_response_code_validation(srv, s2s: S2S, direction, port) -> None
 def test_commit_before_data_is_a_state_error(srv, s2s: S2S) -> None:
     tx = s2s.open(SEND, srv.port_id("in"))
     r = s2s.commit(tx, 12)
-    assert r.status_code == 409 and result(r).response_code == 250
+    assert r.status_code == 500 and result(r).response_code == 250  # NiFi: IllegalStateException
 
 
 def test_commit_answers_14_when_destination_becomes_full(srv, s2s: S2S) -> None:
