@@ -97,6 +97,8 @@ class SiteToSiteClient:
                     headers=self.headers,
                     persistence_file=cfg.peer_persistence_file,
                 )
+                peers = self._peers
+                self._site.fallback_urls = lambda: [p.api_url for p in peers.peers]
             assert self._site is not None and self._peers is not None
             return self._transport, self._site, self._peers
 
@@ -158,6 +160,8 @@ class SiteToSiteClient:
                     attempts.append(f"no peers known ({detail})")
                 elif peer is None:
                     attempts.append("every known peer is penalized")
+                else:
+                    attempts.append("every available peer was tried")
                 raise NoPeerAvailableError(
                     f"No peer could take a {direction.name} transaction for port {self.config.port}: "
                     + "; ".join(attempts),

@@ -155,6 +155,9 @@ class SiteInfoProvider:
         self._lock = threading.Lock()
         self._info: SiteInfo | None = None
         self._fetched_at = 0.0
+        #: more API URLs to ask when every cluster URL fails (the client passes its known peers:
+        #: every NiFi node serves the same site information) -- beyond NiFi
+        self.fallback_urls: Callable[[], list[str]] = lambda: []
 
     @property
     def cached(self) -> SiteInfo | None:
@@ -166,7 +169,16 @@ class SiteInfoProvider:
             now = self._clock()
             if not refresh and self._info is not None and now - self._fetched_at <= self._cache_seconds:
                 return self._info
-            info = self._fetch()
+            try:
+                info = self._fetch()
+            except S2SError as exc:
+                if self._info is None or refresh:
+                    raise
+                # better than failing every transaction while the cluster URLs are down: port
+                # ids and the secure flag rarely change, so keep using what we knew
+                logger.warning("site information refresh failed, using the previous one: %s", exc)
+                self._fetched_at = self._clock()
+                return self._info
             self._info = info
             self._fetched_at = self._clock()
             return info
@@ -174,7 +186,11 @@ class SiteInfoProvider:
     def _fetch(self) -> SiteInfo:
         failures: list[str] = []
         last: S2SError | None = None
-        for url in self._urls:
+        urls = list(self._urls)
+        for extra in self.fallback_urls():
+            if extra not in urls:
+                urls.append(extra)
+        for url in urls:
             headers = dict(self._headers())
             headers["Accept"] = "application/json"
             try:
@@ -190,7 +206,7 @@ class SiteInfoProvider:
             logger.debug("site information from %s: http port %s, secure %s", url, info.http_port, info.secure)
             return info
         message = "Failed to get site information from any cluster URL: " + "; ".join(failures)
-        if last is not None and len(self._urls) == 1:
+        if last is not None and len(urls) == 1:
             # keep the class (e.g. UnauthorizedError, ProtocolError) of a single failure
             err = type(last)(message, peer=last.peer, http_status=last.http_status,
                              response_code=last.response_code, retriable=last.retriable)
