@@ -66,6 +66,22 @@ class _Dropped(Exception):
     """Internal control flow: the connection was dropped on purpose (fault) or by the peer."""
 
 
+def _acceptable(accept_headers: list[str], produces: str) -> bool:
+    """Whether an Accept header allows ``produces`` (no header = anything)."""
+    ranges = [r for h in accept_headers for r in h.split(",") if r.strip()]
+    if not ranges:
+        return True
+    main = produces.split("/", 1)[0]
+    for item in ranges:
+        parts = [p.strip() for p in item.split(";")]
+        media = parts[0].lower()
+        if any(p.replace(" ", "") in ("q=0", "q=0.0", "q=0.00", "q=0.000") for p in parts[1:]):
+            continue
+        if media in ("*/*", "*", produces, f"{main}/*"):
+            return True
+    return False
+
+
 # -- body reading / writing -------------------------------------------------------------------
 
 
@@ -439,6 +455,8 @@ class S2SHandler(BaseHTTPRequestHandler):
                 time.sleep(fault.seconds)
             else:
                 self.fault = fault
+        if self.fault is not None and self.fault.kind == "drop_mid_body" and not sub.endswith("/flow-files"):
+            raise _Dropped()
         if sub.rstrip("/") == "/site-to-site":
             if method != "GET":
                 self.send_text(405, "Method Not Allowed")
@@ -455,8 +473,8 @@ class S2SHandler(BaseHTTPRequestHandler):
         if match is None:
             self.send_text(404, "Not Found")
             return
-        if self.fault is not None and self.fault.kind == "drop_mid_body" and not match.flow_files:
-            raise _Dropped()
+        if not self._media_types_ok(method, match.flow_files, match.transaction_id is not None):
+            return
         if match.transaction_id is None:
             if method != "POST" or match.flow_files:
                 self.send_text(405, "Method Not Allowed")
@@ -475,6 +493,25 @@ class S2SHandler(BaseHTTPRequestHandler):
             self._download(match.port_id, match.transaction_id)
         else:
             self.send_text(405, "Method Not Allowed")
+
+    def _media_types_ok(self, method: str, flow_files: bool, has_tx: bool) -> bool:
+        """JAX-RS content negotiation of NiFi's DataTransferResource: the download produces only
+        ``application/octet-stream`` (an ``Accept: application/json`` GET gets 406, the NiFi
+        2.7.0 client bug), the upload produces ``text/plain``, the rest JSON; the upload and
+        both DELETEs consume only ``application/octet-stream`` (other Content-Types: 415)."""
+        if flow_files:
+            produces = "application/octet-stream" if method == "GET" else "text/plain"
+        else:
+            produces = "application/json"
+        if not _acceptable(self.headers.get_all("Accept") or [], produces):
+            self.send_text(406, "Not Acceptable")
+            return False
+        consumes = (flow_files and method == "POST") or (has_tx and method == "DELETE")
+        ctype = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+        if consumes and ctype and ctype != "application/octet-stream":
+            self.send_text(415, "Unsupported Media Type")
+            return False
+        return True
 
     def _site_info(self) -> None:
         if self.framework_denied("Unable to view site-to-site details."):

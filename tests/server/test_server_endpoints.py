@@ -456,11 +456,38 @@ def test_receive_commit_without_checksum_is_bad_checksum(srv, s2s: S2S) -> None:
     assert srv.admin.queued("out") == 1
 
 
-def test_download_does_not_send_accept_json_requirement(srv, s2s: S2S) -> None:
+def test_download_with_accept_json_is_406_like_nifi(srv, s2s: S2S) -> None:
+    # NiFi 2.7.0's client sent Accept: application/json on the download GET and got 406
     srv.admin.enqueue("out", count=1)
     tx = s2s.open(RECEIVE, srv.port_id("out"))
-    r = s2s.download(tx, {"Accept": "*/*"})
+    assert s2s.download(tx, {"Accept": "application/json"}).status_code == 406
+    assert srv.admin.queued("out") == 1
+    r = s2s.download(tx, {"Accept": "application/octet-stream, application/json"})
     assert r.status_code == 202
+
+
+@pytest.mark.parametrize("accept", ["*/*", "application/*", "application/octet-stream;q=0.5"])
+def test_download_accept_headers_that_allow_octet_stream(srv, s2s: S2S, accept) -> None:
+    srv.admin.enqueue("out", count=1)
+    tx = s2s.open(RECEIVE, srv.port_id("out"))
+    assert s2s.download(tx, {"Accept": accept}).status_code == 202
+
+
+def test_upload_content_type_must_be_octet_stream(srv, s2s: S2S) -> None:
+    tx = s2s.open(SEND, srv.port_id("in"))
+    body, crc = encode(CLIENT_PACKETS)
+    assert s2s.upload(tx, body, {"Content-Type": "application/json"}).status_code == 415
+    assert s2s.upload(tx, body, {"Accept": "application/json"}).status_code == 406
+    r = s2s.request("POST", tx + "/flow-files", V, data=body)  # no Content-Type: allowed
+    assert r.status_code == 202 and r.text == str(crc)
+    r = s2s.commit(tx, 12, headers={"Content-Type": "application/json"})
+    assert r.status_code == 415
+    assert s2s.commit(tx, 12).status_code == 200
+
+
+def test_create_transaction_produces_json_only(srv, s2s: S2S) -> None:
+    r = s2s.create(SEND, srv.port_id("in"), {"Accept": "text/plain"})
+    assert r.status_code == 406
 
 
 # -- §7 batching -------------------------------------------------------------------------------
