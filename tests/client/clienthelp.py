@@ -100,6 +100,8 @@ class Stub:
 
     def __init__(self) -> None:
         self.requests: list[Recorded] = []
+        #: when set, act as an authenticating forward proxy: 407 unless this header value is sent
+        self.proxy_auth: str | None = None
         self.routes: dict[tuple[str, str], Reply | Callable[[Recorded], Reply]] = {}
         stub = self
 
@@ -125,7 +127,10 @@ class Stub:
                     body = self.rfile.read(int(self.headers["Content-Length"]))
                 rec = Recorded(self.command, self.path, {k: v for k, v in self.headers.items()}, body)
                 stub.requests.append(rec)
-                reply = stub.reply_for(rec)
+                if stub.proxy_auth is not None and self.headers.get("Proxy-Authorization") != stub.proxy_auth:
+                    reply = Reply(407, b"proxy auth required", {"Proxy-Authenticate": 'Basic realm="NiFi"'})
+                else:
+                    reply = stub.reply_for(rec)
                 if reply.delay:
                     time.sleep(reply.delay)
                 self.send_response(reply.status)
@@ -146,8 +151,11 @@ class Stub:
 
     def reply_for(self, rec: Recorded) -> Reply:
         best = None
+        path = rec.path
+        if path.startswith("http://"):  # absolute form (we are the proxy)
+            path = "/" + path.split("/", 3)[3]
         for (method, prefix), reply in self.routes.items():
-            if method == rec.method and rec.path.startswith(prefix):
+            if method == rec.method and path.startswith(prefix):
                 if best is None or len(prefix) > len(best[0]):
                     best = (prefix, reply)
         if best is None:
@@ -179,8 +187,11 @@ class Stub:
             200, json.dumps({"peers": peers}).encode(), {"Content-Type": "application/json"})
 
         def create(rec: Recorded) -> Reply:
+            path = rec.path
+            if path.startswith("http://"):
+                path = "/" + path.split("/", 3)[3]
             return Reply(201, b'{"flowFileSent":0,"responseCode":1,"message":"ok"}', {
-                "Location": f"http://127.0.0.1:{self.port}{rec.path}/tx-{len(self.requests)}",
+                "Location": f"http://127.0.0.1:{self.port}{path}/tx-{len(self.requests)}",
                 "x-location-uri-intent": "transaction-url",
                 "x-nifi-site-to-site-protocol-version": "1",
                 "x-nifi-site-to-site-server-transaction-ttl": str(ttl),

@@ -1,0 +1,139 @@
+"""HTTPS with generated certificates (PEM and PKCS12), access denial, and a real forward proxy
+(proxy.py, with and without Basic auth, CONNECT for HTTPS) — PROTOCOL.md §10, §12 items 7-10, 32."""
+
+from __future__ import annotations
+
+import pytest
+from clienthelp import CLIENT_CONTENT, JAVA_ORDER_ATTRS, Stub
+
+from pyspark_s2s.client import SiteToSiteClient
+from pyspark_s2s.errors import ConfigError, NoPeerAvailableError, S2SError, TransportError
+
+
+def tls_opts(srv, kind: str = "pem") -> dict:
+    if kind == "pem":
+        cert, key = srv.client_cert
+        return {"keystoreFilename": cert, "keyFilename": key, "truststoreFilename": str(srv.ca)}
+    return {"keystoreFilename": str(srv.client_p12), "keystorePassword": srv.client_p12_password,
+            "truststoreFilename": str(srv.ca)}
+
+
+def roundtrip(c_send: SiteToSiteClient, c_recv: SiteToSiteClient, n: int = 20) -> None:
+    done = c_send.send([(JAVA_ORDER_ATTRS, CLIENT_CONTENT)] * n)
+    assert done.checksum == 1071206772 if n == 20 else True
+    packets, got = c_recv.receive()
+    assert len(packets) == n and packets[0].content == CLIENT_CONTENT
+    assert got.flow_files == n
+
+
+@pytest.mark.parametrize("kind", ["pem", "pkcs12"])
+def test_https_send_receive(tls_srv, kind):  # items 7 (HTTPS), 15 (HTTPS)
+    assert tls_srv.url.startswith("https://")
+    with SiteToSiteClient(url=tls_srv.url, portName="in", **tls_opts(tls_srv, kind)) as s, \
+            SiteToSiteClient(url=tls_srv.url, portName="out", **tls_opts(tls_srv, kind)) as r:
+        assert s.site_info().secure is True
+        assert all(p.secure for p, _ in s.peer_statuses("send"))
+        roundtrip(s, r)
+
+
+def test_https_large_and_compressed(tls_srv):  # item 10 (HTTPS)
+    with SiteToSiteClient(url=tls_srv.url, portName="in", useCompression=True, **tls_opts(tls_srv)) as c:
+        assert c.send([(JAVA_ORDER_ATTRS, b"a" * 10000)]).checksum == 1527414060
+
+
+def test_wrong_pkcs12_password_names_the_option_not_the_secret(tls_srv):
+    opts = tls_opts(tls_srv, "pkcs12") | {"keystorePassword": "not-the-password-xyz"}
+    with pytest.raises(ConfigError) as info:
+        SiteToSiteClient(url=tls_srv.url, portName="in", **opts).site_info()
+    assert info.value.option == "keystorePassword"
+    assert "not-the-password-xyz" not in str(info.value) and "not-the-password-xyz" not in repr(info.value)
+
+
+def test_untrusted_server_certificate(tls_srv):
+    with SiteToSiteClient(url=tls_srv.url, portName="in", timeout="5 sec") as c:
+        with pytest.raises(S2SError, match="TLS|certificate"):
+            c.site_info()
+
+
+def test_access_denied_raises_at_once(tls_srv):  # item 9
+    cert, key = tls_srv.denied_cert
+    with SiteToSiteClient(url=tls_srv.url, portName="in", keystoreFilename=cert, keyFilename=key,
+                          truststoreFilename=str(tls_srv.ca)) as c:
+        with pytest.raises(S2SError) as info:
+            c.create_transaction("send")
+    assert info.value.http_status in (401, 403)
+    assert not isinstance(info.value, NoPeerAvailableError)
+
+
+def test_no_client_certificate_is_refused(tls_srv):
+    with SiteToSiteClient(url=tls_srv.url, portName="in", truststoreFilename=str(tls_srv.ca)) as c:
+        with pytest.raises(S2SError):
+            c.create_transaction("send")
+
+
+# -- proxy -------------------------------------------------------------------------------------
+
+
+def test_send_receive_through_proxy(srv, proxy):  # items 7, 10, 15 via proxy
+    opts = {"proxyHost": "127.0.0.1", "proxyPort": proxy.port}
+    with SiteToSiteClient(url=srv.url, portName="in", **opts) as s, \
+            SiteToSiteClient(url=srv.url, portName="out", **opts) as r:
+        roundtrip(s, r)
+        assert s.send([(JAVA_ORDER_ATTRS, b"a" * 10000)]).checksum == 1527414060
+
+
+def test_send_receive_through_auth_proxy(srv, auth_proxy):  # item 7 (proxy auth), 15
+    opts = {"proxyHost": "127.0.0.1", "proxyPort": auth_proxy.port, "proxyUsername": "proxyuser",
+            "proxyPassword": "proxy-secret-pw"}
+    with SiteToSiteClient(url=srv.url, portName="in", **opts) as s, \
+            SiteToSiteClient(url=srv.url, portName="out", **opts) as r:
+        roundtrip(s, r)
+        assert "proxy-secret-pw" not in repr(s) and "proxy-secret-pw" not in repr(s.config)
+
+
+def test_auth_proxy_without_credentials_fails(srv, auth_proxy):  # item 8
+    with SiteToSiteClient(url=srv.url, portName="in", proxyHost="127.0.0.1", proxyPort=auth_proxy.port) as c:
+        with pytest.raises(TransportError, match="407") as info:
+            c.create_transaction("send")
+    assert info.value.http_status == 407
+
+
+def test_auth_proxy_wrong_password_fails_without_echo(srv, auth_proxy):
+    with SiteToSiteClient(url=srv.url, portName="in", proxyHost="127.0.0.1", proxyPort=auth_proxy.port,
+                          proxyUsername="proxyuser", proxyPassword="wrong-pw-123") as c:
+        with pytest.raises(TransportError) as info:
+            c.create_transaction("send")
+    assert "wrong-pw-123" not in str(info.value)
+
+
+def test_https_through_auth_proxy_connect(tls_srv, auth_proxy):  # item 7 HTTPS + proxy auth
+    opts = {"proxyHost": "127.0.0.1", "proxyPort": auth_proxy.port, "proxyUsername": "proxyuser",
+            "proxyPassword": "proxy-secret-pw", **tls_opts(tls_srv)}
+    with SiteToSiteClient(url=tls_srv.url, portName="in", **opts) as s, \
+            SiteToSiteClient(url=tls_srv.url, portName="out", **opts) as r:
+        roundtrip(s, r)
+
+
+def test_proxy_407_challenge_is_answered_and_remembered():  # item 32
+    with Stub() as stub:
+        stub.nifi_site(input_ports={"in": "in-id"})
+        stub.routes[("POST", "/nifi-api/data-transfer/input-ports/in-id/transactions/")] = \
+            lambda rec: __import__("clienthelp").Reply(202, b"1345413116") if rec.path.endswith("flow-files") \
+            else __import__("clienthelp").Reply(200, b'{"flowFileSent":1,"responseCode":13}')
+        stub.routes[("DELETE", "/nifi-api/data-transfer/input-ports/in-id/transactions/")] = \
+            __import__("clienthelp").Reply(200, b'{"flowFileSent":1,"responseCode":13}')
+        stub.proxy_auth = "Basic dXNlcjpncmFudGVk"
+        with SiteToSiteClient(url="http://127.0.0.1:1/nifi", portName="in", proxyHost="127.0.0.1",
+                              proxyPort=stub.port, proxyUsername="user", proxyPassword="granted") as c:
+            tx = c.create_transaction("send")
+            tx.send(CLIENT_CONTENT, JAVA_ORDER_ATTRS)
+            tx.confirm()
+            assert tx.complete().flow_files == 1
+        first, second = stub.requests[0], stub.requests[1]
+        assert first.method == second.method == "GET" and first.path.endswith("/nifi-api/site-to-site")
+        assert "Proxy-Authorization" not in first.headers
+        assert second.headers["Proxy-Authorization"] == "Basic dXNlcjpncmFudGVk"
+        # remembered: every later request carries the credentials, the upload was never challenged
+        assert all(r.headers.get("Proxy-Authorization") == "Basic dXNlcjpncmFudGVk" for r in stub.requests[1:])
+        upload = [r for r in stub.requests if r.path.endswith("/flow-files")]
+        assert len(upload) == 1 and upload[0].path.startswith("http://127.0.0.1:")
