@@ -70,7 +70,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ServerProcess", "ServerThread", "AdminClient", "AdminError", "ServerStartError"]
+__all__ = ["AdminClient", "AdminError", "ServerProcess", "ServerStartError", "ServerThread"]
 
 REPO = Path(__file__).resolve().parents[1]
 LISTENING = re.compile(r"^s2s: node (\d+) listening on (\S+)$")
@@ -398,7 +398,7 @@ class ServerProcess(_Base):
         env = dict(os.environ if self.env is None else self.env)
         env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
         env.setdefault("PYTHONUNBUFFERED", "1")
-        self._stderr_file = tempfile.TemporaryFile()
+        self._stderr_file = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pyspark_s2s.server", *self.argv],
             stdout=subprocess.PIPE,
@@ -467,10 +467,10 @@ class ServerProcess(_Base):
         self._cleanup_tls()
         return code
 
-    def __enter__(self) -> ServerProcess:
+    def __enter__(self) -> ServerProcess:  # noqa: PYI034
         return self.start()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
@@ -510,8 +510,8 @@ class ServerThread(_Base):
             self.app = None
         self._cleanup_tls()
 
-    def __enter__(self) -> ServerThread:
+    def __enter__(self) -> ServerThread:  # noqa: PYI034
         return self.start()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()

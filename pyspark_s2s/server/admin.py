@@ -25,7 +25,14 @@ from typing import TYPE_CHECKING, Any
 from pyspark_s2s.errors import ConfigError
 from pyspark_s2s.protocol.transaction import ServerState
 from pyspark_s2s.server.faults import Fault
-from pyspark_s2s.server.model import RUNNING, STOPPED, Content, ContentWriter, FlowFile, Node
+from pyspark_s2s.server.model import (
+    RUNNING,
+    STOPPED,
+    Content,
+    ContentWriter,
+    FlowFile,
+    Node,
+)
 
 if TYPE_CHECKING:
     from pyspark_s2s.server.http import S2SHandler
@@ -163,10 +170,10 @@ def _make_flowfiles(body: dict[str, Any]) -> list[FlowFile]:
             if not isinstance(attrs, dict):
                 raise AdminError(400, "attributes must be an object")
             try:
-                content = base64.b64decode(item.get("content") or "", validate=True)
+                raw = base64.b64decode(item.get("content") or "", validate=True)
             except (binascii.Error, ValueError):
                 raise AdminError(400, "content must be base64") from None
-            out.append(FlowFile({str(k): str(v) for k, v in attrs.items()}, Content.of(content)))
+            out.append(FlowFile({str(k): str(v) for k, v in attrs.items()}, Content.of(raw)))
         return out
     count = _int_or_none(body.get("count"), "count")
     size = _int_or_none(body.get("size"), "size") or 0
@@ -174,7 +181,7 @@ def _make_flowfiles(body: dict[str, Any]) -> list[FlowFile]:
         raise AdminError(400, "give flowfiles, or count (>= 0) and size (>= 0)")
     attrs = body.get("attributes") or {}
     for i in range(count):
-        pattern = (f"flowfile {i}\n".encode()) or b"x"
+        pattern = f"flowfile {i}\n".encode()
         if size <= len(pattern):
             content = Content.of(pattern[:size])
         else:
@@ -220,9 +227,9 @@ def _route(
     if path == "/s2s-admin/status" and method == "GET":
         return 200, _status(h)
     if path == "/s2s-admin/transactions" and method == "GET":
-        node = _int_or_none(_q(query, "node"), "node")
+        wanted = _int_or_none(_q(query, "node"), "node")
         with cluster.lock:
-            txs = [t.describe() for t in cluster.history if node is None or t.node == node]
+            txs = [t.describe() for t in cluster.history if wanted is None or t.node == wanted]
         return 200, {"transactions": txs}
     if path == "/s2s-admin/reset" and method == "POST":
         _read_json(h)

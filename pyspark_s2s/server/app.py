@@ -153,7 +153,7 @@ class ServerApp:
         while not self._stop.wait(interval):
             try:
                 expired = self.cluster.cleanup_expired()
-            except Exception:  # noqa: BLE001 - keep the cleanup task alive, but say why
+            except Exception:
                 logger.exception("TTL cleanup failed")
                 continue
             if expired:

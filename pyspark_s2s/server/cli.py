@@ -19,7 +19,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["register", "main", "build_app", "add_arguments"]
+__all__ = ["add_arguments", "build_app", "main", "register"]
 
 logger = logging.getLogger(__name__)
 

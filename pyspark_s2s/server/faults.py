@@ -27,7 +27,7 @@ from typing import Any
 
 from pyspark_s2s.errors import ConfigError
 
-__all__ = ["Fault", "FaultRegistry", "KINDS"]
+__all__ = ["KINDS", "Fault", "FaultRegistry"]
 
 KINDS = ("fail_next", "delay", "drop_mid_body", "corrupt_checksum", "stall")
 

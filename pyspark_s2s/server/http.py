@@ -33,9 +33,24 @@ from pyspark_s2s.errors import (
     TransactionStateError,
     UnauthorizedError,
 )
-from pyspark_s2s.protocol.codec import NEED_DATA, ContentChunk, DataPacket, PacketEnd, PacketStart
-from pyspark_s2s.protocol.codes import Direction, Header, ResponseCode, TransactionResult
-from pyspark_s2s.protocol.endpoints import API_SUFFIX, match_data_transfer_path, transaction_path
+from pyspark_s2s.protocol.codec import (
+    NEED_DATA,
+    ContentChunk,
+    DataPacket,
+    PacketEnd,
+    PacketStart,
+)
+from pyspark_s2s.protocol.codes import (
+    Direction,
+    Header,
+    ResponseCode,
+    TransactionResult,
+)
+from pyspark_s2s.protocol.endpoints import (
+    API_SUFFIX,
+    match_data_transfer_path,
+    transaction_path,
+)
 from pyspark_s2s.protocol.negotiation import (
     HandshakeProperties,
     get_header,
@@ -45,13 +60,20 @@ from pyspark_s2s.protocol.negotiation import (
 from pyspark_s2s.protocol.stream import PacketStreamDecoder, PacketStreamEncoder
 from pyspark_s2s.protocol.transaction import ServerState
 from pyspark_s2s.server.faults import Fault
-from pyspark_s2s.server.model import Content, ContentWriter, FlowFile, Node, Port, Transaction
+from pyspark_s2s.server.model import (
+    Content,
+    ContentWriter,
+    FlowFile,
+    Node,
+    Port,
+    Transaction,
+)
 from pyspark_s2s.server.tls import peer_dn
 
 if TYPE_CHECKING:
     from pyspark_s2s.server.app import ServerApp
 
-__all__ = ["NodeServer", "S2SHandler", "RequestBody", "ChunkedWriter", "NO_CACHE"]
+__all__ = ["NO_CACHE", "ChunkedWriter", "NodeServer", "RequestBody", "S2SHandler"]
 
 logger = logging.getLogger(__name__)
 
@@ -147,9 +169,8 @@ class RequestBody:
             raise ConnectionResetError("connection closed inside a chunk")
         self._chunk_left -= len(data)
         self.received += len(data)
-        if self._chunk_left == 0:
-            if self._line() not in (b"\r\n", b"\n"):
-                raise ProtocolError("chunk not followed by CRLF")
+        if self._chunk_left == 0 and self._line() not in (b"\r\n", b"\n"):
+            raise ProtocolError("chunk not followed by CRLF")
         return data
 
     def drain(self, limit: int = DRAIN_LIMIT) -> bool:
@@ -225,7 +246,7 @@ class NodeServer(ThreadingHTTPServer):
         with self._conns_lock:
             self._conns.add(conn)
         try:
-            self.RequestHandlerClass(conn, client_address, self)
+            S2SHandler(conn, client_address, self)
         finally:
             with self._conns_lock:
                 self._conns.discard(conn)
@@ -246,7 +267,8 @@ class NodeServer(ThreadingHTTPServer):
                 logger.debug("shutdown of a connection failed", exc_info=True)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        logger.debug("node %d: error serving %s", self.node.index, client_address, exc_info=True)
+        # socketserver calls this from inside its own except block
+        logger.debug("node %d: error serving %s", self.node.index, client_address, exc_info=True)  # noqa: LOG014
 
 
 class S2SHandler(BaseHTTPRequestHandler):
@@ -262,7 +284,7 @@ class S2SHandler(BaseHTTPRequestHandler):
     def version_string(self) -> str:
         return self.server_version
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         logger.debug("node %d %s - %s", self.server.node.index, self.address_string(), format % args)
 
     def do_GET(self) -> None:
@@ -293,7 +315,7 @@ class S2SHandler(BaseHTTPRequestHandler):
 
     def _handle(self, method: str) -> None:
         self.responded = False
-        self.after_response: Callable[[], None] | None = None
+        self.after_response: Callable[[], object] | None = None
         self.fault: Fault | None = None
         try:
             self.body = RequestBody(self.rfile, self.headers)
@@ -324,7 +346,7 @@ class S2SHandler(BaseHTTPRequestHandler):
         except (ConnectionError, TimeoutError, ssl.SSLError) as exc:
             logger.debug("connection problem: %s", exc)
             self.close_connection = True
-        except Exception:  # noqa: BLE001 - the server answers 500 like NiFi and keeps running
+        except Exception:
             logger.exception("unexpected error serving %s %s", method, path)
             if self.responded:
                 self.close_connection = True
@@ -582,11 +604,13 @@ class S2SHandler(BaseHTTPRequestHandler):
                 raise
             deferred = exc
         port = self.node.port_by_id(port_id)
-        if port is not None and port.direction is direction and self.app.secure:
-            if not self.app.policy.may_use(self.peer_dn(), port.name):
-                raise UnauthorizedError(
-                    f"Client is not authorized to use port {port.name}.", port=port.name
-                )
+        if (
+            port is not None
+            and port.direction is direction
+            and self.app.secure
+            and not self.app.policy.may_use(self.peer_dn(), port.name)
+        ):
+            raise UnauthorizedError(f"Client is not authorized to use port {port.name}.", port=port.name)
         with self.app.cluster.lock:
             port = self.app.cluster.check_port(self.node, port_id, direction)
         if deferred is not None:

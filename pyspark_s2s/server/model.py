@@ -40,15 +40,15 @@ from pyspark_s2s.protocol.transaction import (
 )
 
 __all__ = [
+    "SPOOL_LIMIT",
+    "Cluster",
     "Content",
     "ContentWriter",
     "FlowFile",
+    "Node",
     "Port",
     "Transaction",
-    "Node",
-    "Cluster",
     "port_id_for",
-    "SPOOL_LIMIT",
 ]
 
 logger = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ class Content:
 class ContentWriter:
     """Builds a :class:`Content` piece by piece; switches to a temp file above SPOOL_LIMIT."""
 
-    __slots__ = ("_buf", "_file", "size", "_dir")
+    __slots__ = ("_buf", "_dir", "_file", "size")
 
     def __init__(self, directory: str | None = None) -> None:
         self._buf: bytearray | None = bytearray()
@@ -140,7 +140,8 @@ class ContentWriter:
             assert self._buf is not None
             self._buf += data
             if len(self._buf) > SPOOL_LIMIT:
-                self._file = tempfile.TemporaryFile(prefix="s2s-content-", dir=self._dir)
+                # owned by the Content it becomes (released explicitly), so no context manager
+                self._file = tempfile.TemporaryFile(prefix="s2s-content-", dir=self._dir)  # noqa: SIM115
                 self._file.write(self._buf)
                 self._buf = None
         else:

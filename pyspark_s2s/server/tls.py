@@ -35,12 +35,12 @@ from typing import Any
 __all__ = [
     "CLIENT_DN",
     "DENIED_DN",
+    "AccessPolicy",
     "TlsMaterial",
     "ensure_material",
-    "server_context",
-    "peer_dn",
     "normalize_dn",
-    "AccessPolicy",
+    "peer_dn",
+    "server_context",
 ]
 
 logger = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ def _generate(root: Path) -> None:
     from cryptography.hazmat.primitives.serialization import pkcs12
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     start = now - datetime.timedelta(days=1)
     end = now + datetime.timedelta(days=3650)
 

@@ -11,8 +11,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: serverproc
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # s2shelp
 
-from s2shelp import S2S  # noqa: E402
-from serverproc import ServerThread  # noqa: E402
+from s2shelp import S2S
+from serverproc import ServerThread
 
 PORT_ARGS = (
     "--input-port", "in", "--output-port", "out", "--route", "in=out",

@@ -14,7 +14,11 @@ import requests
 from pyspark_s2s.protocol.codec import DataPacket
 from pyspark_s2s.protocol.codes import Direction, Header, TransactionResult
 from pyspark_s2s.protocol.endpoints import transactions_path
-from pyspark_s2s.protocol.stream import PacketStreamDecoder, PacketStreamEncoder, packets_of
+from pyspark_s2s.protocol.stream import (
+    PacketStreamDecoder,
+    PacketStreamEncoder,
+    packets_of,
+)
 
 V = {Header.PROTOCOL_VERSION: "1"}
 SEND = Direction.SEND

@@ -6,11 +6,11 @@ import re
 import zlib
 
 import pytest
-from s2shelp import RECEIVE, SEND, V, S2S, chunks, decode, encode, result
+from s2shelp import RECEIVE, S2S, SEND, V, chunks, decode, encode, result
 
+from pyspark_s2s.protocol.codec import encode_packet
 from pyspark_s2s.protocol.codes import Header, TransactionResult
 from pyspark_s2s.protocol.compression import FrameWriter
-from pyspark_s2s.protocol.codec import encode_packet
 
 TTL = {Header.SERVER_TTL: "30"}
 NO_CACHE = "private, no-cache, no-store, no-transform"
@@ -45,7 +45,7 @@ def test_site_info_shape_with_version_header(srv, s2s: S2S) -> None:
     assert c["siteToSiteSecure"] is False
     assert c["inputPortCount"] == 2 and c["outputPortCount"] == 2
     assert {p["name"] for p in c["inputPorts"]} == {"in", "in2"}
-    out2 = [p for p in c["outputPorts"] if p["name"] == "out2"][0]
+    out2 = next(p for p in c["outputPorts"] if p["name"] == "out2")
     assert out2 == {"id": "fixed-out2-id", "name": "out2", "state": "RUNNING"}
     assert c["runningCount"] == 4 and c["stoppedCount"] == 0
     # no common headers: site info does not negotiate

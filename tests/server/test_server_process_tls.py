@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from s2shelp import RECEIVE, SEND, S2S, V, result
+from s2shelp import RECEIVE, S2S, SEND, V, result
 from serverproc import ServerProcess, ServerThread
 
 from pyspark_s2s.protocol.codes import Header

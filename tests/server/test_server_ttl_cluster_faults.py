@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 import requests
-from s2shelp import RECEIVE, SEND, S2S, chunks, decode, encode, result
+from s2shelp import RECEIVE, S2S, SEND, chunks, decode, encode, result
 from serverproc import AdminError, ServerThread
 
 from pyspark_s2s.protocol.codes import Header, TransactionResult
@@ -239,7 +239,7 @@ def test_drop_mid_body_on_download_rolls_back(fsrv) -> None:
     tx = s2s.open(RECEIVE, fsrv.port_id("out"))
     fsrv.admin.fault("drop_mid_body", method="GET", after_packets=1)
     with pytest.raises(requests.exceptions.ChunkedEncodingError):
-        s2s.download(tx).content
+        _ = s2s.download(tx).content
     assert _wait_for(lambda: fsrv.admin.queued("out") == 3)
     assert [f["attributes"]["s2s.test.index"] for f in fsrv.admin.flowfiles("out")] == ["0", "1", "2"]
     assert s2s.commit(tx, 12, 0).status_code == 404
@@ -305,7 +305,7 @@ def test_stall_makes_a_client_timeout(fsrv) -> None:
     tx = s2s.open(RECEIVE, fsrv.port_id("out"))
     fsrv.admin.fault("stall", method="GET", seconds=2.0, after_packets=1)
     with pytest.raises((requests.exceptions.ConnectionError, requests.exceptions.Timeout)):
-        s2s.download(tx).content
+        _ = s2s.download(tx).content
     # the server finishes writing into the closed connection: either the write fails (rolled
     # back at once) or the transaction is held and the client never commits (rolled back at
     # expiry, forced here)
