@@ -605,3 +605,23 @@ def options_markdown() -> str:
             f"| `{opt.name}` | {aliases} | {opt.type_doc} | {_default_text(opt)} | {opt.doc} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def update_doc(path: str) -> bool:
+    """Rewrite the generated options table between the markers of ``path``; True if changed."""
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    begin, end = "<!-- options:begin -->\n", "<!-- options:end -->"
+    i, j = text.index(begin) + len(begin), text.index(end)
+    new = text[:i] + options_markdown() + text[j:]
+    if new != text:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(new)
+    return new != text
+
+
+if __name__ == "__main__":  # python -m pyspark_s2s.client.config [docs/client.md]
+    import sys
+
+    target = sys.argv[1] if len(sys.argv) > 1 else "docs/client.md"
+    print(f"{target}: {'updated' if update_doc(target) else 'already current'}")
