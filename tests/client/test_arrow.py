@@ -1,0 +1,104 @@
+"""Receive into Arrow record batches: same packets and CRC as the per-packet decoder (property
+test), compression, partial buffers, invalid UTF-8, and against the reference server."""
+
+from __future__ import annotations
+
+import zlib
+
+import pyarrow as pa
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pyspark_s2s.client import SiteToSiteClient
+from pyspark_s2s.client.arrow import ARROW_SCHEMA, BatchReader
+from pyspark_s2s.errors import ProtocolError, TransactionStateError
+from pyspark_s2s.protocol.codec import decode_packets, encode_packet
+from pyspark_s2s.protocol.stream import PacketStreamEncoder
+
+text = st.text(max_size=20)
+packets_st = st.lists(
+    st.tuples(st.dictionaries(text, text, max_size=4), st.binary(max_size=300)), max_size=30
+)
+
+
+def reader_over(data: bytes, step: int, compressed: bool = False) -> BatchReader:
+    chunks = [data[i:i + step] for i in range(0, len(data), step)]
+    it = iter(chunks)
+    return BatchReader(lambda: next(it, b""), compressed=compressed)
+
+
+def rows(batches: list[pa.RecordBatch]) -> list[tuple[dict[str, str], bytes]]:
+    out = []
+    for b in batches:
+        for r in b.to_pylist():
+            out.append((dict(r["attributes"]), r["content"]))
+    return out
+
+
+def drain(reader: BatchReader, max_rows: int = 7) -> list[pa.RecordBatch]:
+    batches = []
+    for _ in range(10_000):
+        b = reader.next_batch(max_rows, 1 << 20)
+        if b is None:
+            return batches
+        assert b.schema == ARROW_SCHEMA and 0 < b.num_rows <= max_rows
+        batches.append(b)
+    raise AssertionError("reader did not end")
+
+
+@given(packets_st, st.integers(min_value=1, max_value=97), st.booleans())
+def test_batches_equal_the_decoder(packets, step, compressed):
+    enc = PacketStreamEncoder(compress=compressed)
+    wire = b"".join(enc.packet(a, c) for a, c in packets)
+    reader = reader_over(wire, step, compressed)
+    got = rows(drain(reader))
+    plain = b"".join(encode_packet(a, c) for a, c in packets)
+    assert got == [(p.attributes, p.content) for p in decode_packets(plain)]
+    assert reader.checksum == enc.checksum == zlib.crc32(plain)
+
+
+def test_truncated_stream_is_a_protocol_error():
+    wire = encode_packet({"a": "b"}, b"content")[:-2]
+    with pytest.raises(ProtocolError, match="stream ended"):
+        drain(reader_over(wire, 3))
+
+
+def test_invalid_utf8_is_replaced_like_java():
+    raw = (1).to_bytes(4, "big") + (1).to_bytes(4, "big") + b"\xff" + (2).to_bytes(4, "big") + b"ok" \
+        + (1).to_bytes(8, "big") + b"x"
+    (batch,) = drain(reader_over(raw, 1000))
+    assert batch.to_pylist() == [{"content": b"x", "attributes": [("\ufffd", "ok")]}]
+
+
+def test_receive_record_batches_from_server(srv):
+    srv.admin.enqueue("out", [({"uuid": f"u{i}", "filename": f"f{i}"}, b"x" * 100) for i in range(2500)])
+    with SiteToSiteClient(url=srv.url, portName="out") as c:
+        tx = c.create_transaction("receive")
+        batches = []
+        while (b := tx.receive_record_batch(max_rows=1000)) is not None:
+            batches.append(b)
+        with pytest.raises(TransactionStateError, match="cannot be mixed"):
+            tx._set_mode("packets")
+        tx.confirm()
+        done = tx.complete()
+    table = pa.Table.from_batches(batches)
+    assert table.num_rows == 2500 == done.flow_files and all(b.num_rows <= 1000 for b in batches)
+    first = dict(table.slice(0, 1).to_pylist()[0]["attributes"])
+    assert first == {"uuid": "u0", "filename": "f0"}
+    assert srv.admin.queued("out") == 0
+    txs = [t for t in srv.admin.transactions() if t["direction"] == "receive"]
+    assert txs[-1]["state"] == "COMMITTED"
+
+
+def test_receive_record_batches_compressed(srv):
+    srv.admin.enqueue("out", [({"k": str(i)}, bytes([i % 256]) * (i * 37)) for i in range(300)])
+    with SiteToSiteClient(url=srv.url, portName="out", useCompression=True) as c:
+        tx = c.create_transaction("receive")
+        batches = []
+        while (b := tx.receive_record_batch(max_rows=128)) is not None:
+            batches.append(b)
+        tx.confirm()
+        tx.complete()
+    got = rows(batches)
+    assert [len(c) for _, c in got] == [i * 37 for i in range(300)]
