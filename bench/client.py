@@ -271,6 +271,160 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
 
 
+# -- Site-to-Site measurements ------------------------------------------------------------------
+
+
+class S2S:
+    """Client-side measurements against the reference server (input port routed to output port)."""
+
+    def __init__(self, url: str) -> None:
+        from pyspark_s2s.client import SiteToSiteClient, SiteToSiteClientConfig
+
+        self.send_client = SiteToSiteClient(SiteToSiteClientConfig(urls=url, port_name=IN_PORT, timeout=120))
+        self.recv_client = SiteToSiteClient(SiteToSiteClientConfig(urls=url, port_name=OUT_PORT, timeout=120))
+
+    def close(self) -> None:
+        self.send_client.close()
+        self.recv_client.close()
+
+    def send(self, n: int, attrs: dict[str, str], content: bytes) -> float:
+        """One transaction of ``n`` FlowFiles; seconds from creation to commit."""
+        t0 = time.perf_counter()
+        tx = self.send_client.create_transaction("send")
+        for _ in range(n):
+            tx.send(content, attrs)
+        tx.confirm()
+        completion = tx.complete()
+        secs = time.perf_counter() - t0
+        if completion.flow_files != n:
+            raise RuntimeError(f"sent {completion.flow_files} of {n}")
+        return secs
+
+    def receive(self, n: int) -> tuple[float, int]:
+        """Receive until ``n`` FlowFiles arrived (as many transactions as the server makes);
+        (seconds, packet bytes on the wire)."""
+        from pyspark_s2s.protocol.codec import encode_packet_header
+
+        got = 0
+        secs = 0.0
+        wire = 0
+        for _ in range(10_000):
+            if got >= n:
+                break
+            # packets are dropped as they arrive (as an application would); only their attributes
+            # are kept to count the wire bytes afterwards, outside the timed section
+            seen: list[dict[str, str]] = []
+            content = 0
+            t0 = time.perf_counter()
+            tx = self.recv_client.create_transaction("receive")
+            for p in tx:
+                seen.append(p.attributes)
+                content += len(p.content)
+            tx.confirm()
+            tx.complete()
+            secs += time.perf_counter() - t0
+            got += len(seen)
+            wire += content + sum(len(encode_packet_header(a, 0)) for a in seen)
+        if got != n:
+            raise RuntimeError(f"received {got} of {n}")
+        return secs, wire
+
+    def receive_arrow(self, n: int) -> tuple[float, int]:
+        """Receive ``n`` FlowFiles as Arrow record batches; (seconds, rows)."""
+        got = 0
+        secs = 0.0
+        for _ in range(10_000):
+            if got >= n:
+                break
+            t0 = time.perf_counter()
+            tx = self.recv_client.create_transaction("receive")
+            while True:
+                batch = tx.receive_record_batch()
+                if batch is None:
+                    break
+                got += batch.num_rows
+            tx.confirm()
+            tx.complete()
+            secs += time.perf_counter() - t0
+        if got != n:
+            raise RuntimeError(f"received {got} of {n} as Arrow")
+        return secs, got
+
+
+def packet_bytes(n: int, attrs: dict[str, str], content: bytes) -> int:
+    from pyspark_s2s.protocol.codec import encode_packet_header
+
+    return n * (len(encode_packet_header(attrs, len(content))) + len(content))
+
+
+def arrow_decode(n: int, repeat: int) -> tuple[Row, Row]:
+    """In memory: the client's Arrow path (BatchReader: 256 KiB reads, CRC, scan, build) and
+    the bare core scan + Arrow build, on a stream of ``n`` small packets (100 B, 3 attributes)."""
+    from pyspark_s2s.client.arrow import BatchReader, scan_to_record_batch
+    from pyspark_s2s.protocol.codec import encode_packet, scan_packets
+
+    wire = encode_packet(SMALL_ATTRS, SMALL_CONTENT) * n
+
+    def reader_run() -> float:
+        view = memoryview(wire)
+        pos = 0
+
+        def read() -> bytes:
+            nonlocal pos
+            piece = bytes(view[pos : pos + (256 << 10)])
+            pos += len(piece)
+            return piece
+
+        t0 = time.perf_counter()
+        br = BatchReader(read)
+        rows = 0
+        while True:
+            batch = br.next_batch(65536, 64 << 20)
+            if batch is None:
+                break
+            rows += batch.num_rows
+        secs = time.perf_counter() - t0
+        if rows != n:
+            raise RuntimeError(f"Arrow decode produced {rows} of {n} rows")
+        return secs
+
+    def scan_run() -> float:
+        t0 = time.perf_counter()
+        rows = 0
+        start = 0
+        while start < len(wire):
+            scan = scan_packets(wire, start, max_packets=65536)
+            batch = scan_to_record_batch(wire, scan)
+            rows += batch.num_rows
+            start += scan.consumed
+        secs = time.perf_counter() - t0
+        if rows != n:
+            raise RuntimeError(f"scan produced {rows} of {n} rows")
+        return secs
+
+    r1 = Row("small decode -> Arrow (BatchReader)", n, len(wire), best(reader_run, repeat), target=ARROW_TARGET)
+    r2 = Row("small decode -> Arrow (scan+build)", n, len(wire), best(scan_run, repeat), target=ARROW_TARGET)
+    return r1, r2
+
+
+def bench_transfer(name: str, s2s: S2S, plain: Plain, n: int, attrs: dict[str, str], content: bytes,
+                   repeat: int) -> list[Row]:
+    send_bytes = packet_bytes(n, attrs, content)
+    send_secs: list[float] = []
+    recv_secs: list[float] = []
+    recv_wire = 0
+    for _ in range(max(1, repeat)):
+        send_secs.append(s2s.send(n, attrs, content))
+        secs, recv_wire = s2s.receive(n)
+        recv_secs.append(secs)
+    plain_up = best(lambda: plain.upload(send_bytes), repeat)
+    plain_down = best(lambda: plain.download(recv_wire), repeat)
+    return [
+        Row(f"{name} send", n, send_bytes, min(send_secs), plain_up, TARGETS.get(f"{name} send")),
+        Row(f"{name} receive", n, recv_wire, min(recv_secs), plain_down, TARGETS.get(f"{name} receive")),
+    ]
+
+
 # -- main --------------------------------------------------------------------------------------
 
 
@@ -279,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--small", type=int, default=100_000, help="number of small FlowFiles (default 100000)")
     ap.add_argument("--large", type=int, default=200, help="number of large FlowFiles (default 200)")
     ap.add_argument("--large-mib", type=int, default=1, help="content size of a large FlowFile in MiB (default 1)")
+    ap.add_argument("--arrow", type=int, default=500_000, help="FlowFiles in the in-memory Arrow decode (default 500000)")
     ap.add_argument("--repeat", type=int, default=3, help="best of this many runs per measurement (default 3)")
     ap.add_argument("--only", choices=("small", "large", "arrow", "plain"), action="append",
                     help="run only these groups (repeatable)")
@@ -294,6 +449,22 @@ def main(argv: list[str] | None = None) -> int:
             n = 256 * MIB
             rows.append(Row("plain upload", 0, n, best(lambda: plain.upload(n), args.repeat)))
             rows.append(Row("plain download", 0, n, best(lambda: plain.download(n), args.repeat)))
+        if groups & {"small", "large"}:
+            server = stack.enter_context(start_s2s_server())
+            s2s = S2S(server.url)
+            stack.callback(s2s.close)
+            if "small" in groups:
+                rows += bench_transfer("small", s2s, plain, args.small, SMALL_ATTRS, SMALL_CONTENT, args.repeat)
+                s2s.send(args.small, SMALL_ATTRS, SMALL_CONTENT)
+                secs, got = s2s.receive_arrow(args.small)
+                rows.append(Row("small receive -> Arrow (end to end)", got,
+                                packet_bytes(got, SMALL_ATTRS, SMALL_CONTENT), secs,
+                                note="MiB/s without the server's added attributes"))
+            if "large" in groups:
+                big = (bytes(range(256)) * 4096) * args.large_mib
+                rows += bench_transfer("large", s2s, plain, args.large, {"filename": "large.bin"}, big, args.repeat)
+        if "arrow" in groups:
+            rows += arrow_decode(args.arrow, args.repeat)
     print(format_table(rows))
     return 0
 
