@@ -613,3 +613,65 @@ def test_transaction_history(srv, s2s: S2S) -> None:
     assert tx["checksum"] == encode(CLIENT_PACKETS * 2)[1]
     assert tx["bytes"] == 2 * len(b"Example contents from client.")
     assert tx["createdAt"] <= tx["finishedAt"]
+
+
+# -- concurrency -------------------------------------------------------------------------------
+
+
+def test_concurrent_senders_and_receivers_lose_and_duplicate_nothing(srv) -> None:
+    import threading
+
+    senders, per_sender, batch = 4, 5, 10
+    received: list[bytes] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def send(k: int) -> None:
+        client = S2S(srv.api())
+        try:
+            for j in range(per_sender):
+                packets = [({"k": str(k)}, f"{k}-{j}-{i}".encode()) for i in range(batch)]
+                assert client.send(srv.port_id("in"), packets).flow_files_sent == batch
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+        finally:
+            client.close()
+
+    def receive() -> None:
+        client = S2S(srv.api())
+        try:
+            for _ in range(40):
+                got = client.receive(srv.port_id("out"), {"x-nifi-site-to-site-batch-count": "7"})
+                with lock:
+                    received.extend(p.content for p in got)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=send, args=(k,)) for k in range(senders)]
+    threads += [threading.Thread(target=receive) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    assert not any(t.is_alive() for t in threads)
+    rest = [f["content"] for f in srv.admin.flowfiles("out", drain=True)]
+    everything = received + rest
+    expected = {f"{k}-{j}-{i}".encode() for k in range(senders) for j in range(per_sender) for i in range(batch)}
+    assert len(everything) == len(expected) and set(everything) == expected
+
+
+def test_capacity_option_applies_to_every_queue() -> None:
+    from serverproc import ServerThread
+
+    with ServerThread("--capacity", "1", "--input-port", "in", "--output-port", "out") as srv:
+        assert srv.admin.port("in")["capacity"] == 1
+        client = S2S(srv.api())
+        assert client.send(srv.port_id("in"), CLIENT_PACKETS) == TransactionResult(1, 14)
+        r = client.create(SEND, srv.port_id("in"))
+        assert r.status_code == 503 and result(r).response_code == 202
+        srv.admin.set_capacity("in", None)
+        assert client.create(SEND, srv.port_id("in")).status_code == 201
+        client.close()

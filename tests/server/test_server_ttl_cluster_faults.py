@@ -300,10 +300,10 @@ def test_stall_after_packets_then_completes(fsrv) -> None:
 
 def test_stall_makes_a_client_timeout(fsrv) -> None:
     # PROTOCOL.md §12 item 19: one packet, then the server stalls; the client's read times out
-    s2s = S2S(fsrv.api(), timeout=0.5)
+    s2s = S2S(fsrv.api(), timeout=0.3)
     fsrv.admin.enqueue("out", count=2, size=10)
     tx = s2s.open(RECEIVE, fsrv.port_id("out"))
-    fsrv.admin.fault("stall", method="GET", seconds=2.0, after_packets=1)
+    fsrv.admin.fault("stall", method="GET", seconds=1.0, after_packets=1)
     with pytest.raises((requests.exceptions.ConnectionError, requests.exceptions.Timeout)):
         _ = s2s.download(tx).content
     # the server finishes writing into the closed connection: either the write fails (rolled
