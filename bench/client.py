@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -114,10 +114,10 @@ class Proc:
         if self.proc.stdout is not None:
             self.proc.stdout.close()
 
-    def __enter__(self) -> Proc:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
@@ -280,8 +280,8 @@ class S2S:
     def __init__(self, url: str) -> None:
         from pyspark_s2s.client import SiteToSiteClient, SiteToSiteClientConfig
 
-        self.send_client = SiteToSiteClient(SiteToSiteClientConfig(urls=url, port_name=IN_PORT, timeout=120))
-        self.recv_client = SiteToSiteClient(SiteToSiteClientConfig(urls=url, port_name=OUT_PORT, timeout=120))
+        self.send_client: Any = SiteToSiteClient(SiteToSiteClientConfig(urls=url, port_name=IN_PORT, timeout=120))
+        self.recv_client: Any = SiteToSiteClient(SiteToSiteClientConfig(urls=url, port_name=OUT_PORT, timeout=120))
 
     def close(self) -> None:
         self.send_client.close()
@@ -439,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="run only these groups (repeatable)")
     args = ap.parse_args(argv)
     groups = set(args.only or ("small", "large", "arrow"))
-    print(f"bench.client: {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC; {machine()}", flush=True)
+    print(f"bench.client: {_dt.datetime.now(_dt.UTC):%Y-%m-%d %H:%M} UTC; {machine()}", flush=True)
     rows: list[Row] = []
     with contextlib.ExitStack() as stack:
         plain_proc = stack.enter_context(start_plain_server())

@@ -42,7 +42,7 @@ class PlainHandler(BaseHTTPRequestHandler):
     sys_version = ""
     timeout = 300
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         logger.debug("%s - %s", self.address_string(), format % args)
 
     def _reply(self, status: int, text: str) -> None:
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
     thread.start()
     host, port = server.server_address[:2]
-    print(f"plain: listening on http://{host}:{port}", flush=True)
+    print(f"plain: listening on http://{host!s}:{port}", flush=True)
     try:
         while not stop.wait(0.5):
             pass

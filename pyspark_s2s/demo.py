@@ -30,9 +30,9 @@ import time
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
-__all__ = ["DemoError", "DemoServer", "Demo", "main", "run"]
+__all__ = ["Demo", "DemoError", "DemoServer", "main", "run"]
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ class DemoServer:
     def admin(self, method: str, path: str) -> Any:
         base = self.url.rsplit("/nifi", 1)[0] + "/s2s-admin"
         req = urllib.request.Request(base + path, method=method)
-        with urllib.request.urlopen(req, timeout=30) as resp:  # noqa: S310 - our own server on 127.0.0.1
+        with urllib.request.urlopen(req, timeout=30) as resp:
             return json.loads(resp.read() or b"null")
 
     def transactions(self) -> dict[str, dict[str, Any]]:
@@ -123,10 +123,11 @@ class DemoServer:
             self.proc.stdout.close()
         self.proc = None
 
-    def __enter__(self) -> DemoServer:
-        return self.start()
+    def __enter__(self) -> Self:
+        self.start()
+        return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 

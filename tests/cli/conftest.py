@@ -12,9 +12,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: serverproc
 
-from serverproc import ServerProcess  # noqa: E402
+from serverproc import ServerProcess
 
-from pyspark_s2s import cli  # noqa: E402
+from pyspark_s2s import cli
 
 PORT_ARGS = ("--input-port", "in", "--output-port", "out", "--route", "in=out", "--output-port", "out2")
 

@@ -13,8 +13,8 @@ from pyspark_s2s import demo
 def test_demo_round_trip_passes(capsys: pytest.CaptureFixture[str]) -> None:
     assert demo.main([]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"^s2s demo: reference server at http://127\.0\.0\.1:\d+/nifi", out, re.M)
-    rows = re.findall(r"^  (send|receive)\s+([0-9a-f-]{36})\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", out, re.M)
+    assert re.search(r"^s2s demo: reference server at http://127\.0\.0\.1:\d+/nifi", out, re.MULTILINE)
+    rows = re.findall(r"^  (send|receive)\s+([0-9a-f-]{36})\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", out, re.MULTILINE)
     assert [r[0] for r in rows].count("send") == 2
     assert sum(int(r[2]) for r in rows if r[0] == "send") == 7
     assert sum(int(r[2]) for r in rows if r[0] == "receive") == 7
