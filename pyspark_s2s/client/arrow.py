@@ -18,17 +18,20 @@ U+FFFD like Java (a slower path handles that batch).
 from __future__ import annotations
 
 import logging
+import struct
 import zlib
+from array import array
 from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from pyspark_s2s.errors import ProtocolError
-from pyspark_s2s.protocol.codec import MAX_ATTRIBUTES, PacketScan, scan_packets
+from pyspark_s2s.protocol.codec import MAX_ATTRIBUTES, PacketScan
 from pyspark_s2s.protocol.compression import FRAME_END, FrameReader
 
-__all__ = ["ARROW_SCHEMA", "BatchReader", "packets_to_record_batch", "scan_to_record_batch"]
+__all__ = ["ARROW_SCHEMA", "BatchReader", "packets_to_record_batch", "scan_to_record_batch", "scan_ends",
+           "ends_to_record_batch"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +80,109 @@ def scan_to_record_batch(data: bytes, scan: PacketScan) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([content, attributes], schema=ARROW_SCHEMA)
 
 
+_I32 = struct.Struct(">i").unpack_from
+_I64 = struct.Struct(">q").unpack_from
+
+
+def scan_ends(buf: bytes, max_packets: int, max_attributes: int = MAX_ATTRIBUTES) -> tuple[int, array, array]:
+    """The hot loop: index up to ``max_packets`` complete packets at the start of ``buf``.
+
+    Records only where each length-prefixed field *ends* (plus the offset after each packet's
+    attribute count) in one ``array('q')``, and each packet's attribute count; everything else
+    is derived with Arrow compute in :func:`ends_to_record_batch`. Returns (bytes consumed,
+    ends, counts). Negative lengths are detected there, in bulk; here only what could loop or
+    blow up is checked (attribute count range, negative content length, no progress).
+    """
+    ends = array("q")
+    counts = array("q")
+    app = ends.append
+    capp = counts.append
+    u32 = _I32
+    u64 = _I64
+    size = len(buf)
+    stop = size - 12  # a packet takes at least 12 bytes
+    p = 0
+    for _ in range(max_packets):
+        if p > stop:
+            break
+        try:
+            cnt = u32(buf, p)[0]
+            if not 0 <= cnt <= max_attributes:
+                raise ProtocolError(
+                    f"packet {len(counts) + 1}: attribute count {cnt} is outside 0..{max_attributes}"
+                )
+            q = p + 4
+            app(q)
+            for _ in range(cnt):
+                q += 4 + u32(buf, q)[0]
+                app(q)
+                q += 4 + u32(buf, q)[0]
+                app(q)
+            cl = u64(buf, q)[0]
+        except struct.error:  # the packet is not complete yet
+            break
+        q += 8 + cl
+        if q > size or q < p + 12:
+            if cl < 0 or q < p + 12:
+                raise ProtocolError(f"packet {len(counts) + 1}: negative length in its header")
+            break  # content not complete yet
+        app(q)
+        capp(cnt)
+        p = q
+    # drop what an incomplete last packet appended
+    del ends[2 * (sum(counts) + len(counts)) :]
+    return p, ends, counts
+
+
+def _arr(values: array, type_: pa.DataType) -> pa.Array:
+    return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
+
+
+def _fields(starts: pa.Array, ends: pa.Array, buf: pa.Buffer) -> pa.Array:
+    """large_binary array of ``buf[starts[i]:ends[i]]`` (fields in increasing buffer order)."""
+    m = len(starts)
+    if m == 0:
+        return pa.array([], pa.large_binary())
+    i = pa.arange(0, 2 * m)
+    idx = pc.add(pc.shift_right(i, 1), pc.multiply(pc.bit_wise_and(i, 1), m))
+    bounds = pc.take(pa.concat_arrays([starts, ends]), idx)
+    seg = pa.Array.from_buffers(pa.large_binary(), 2 * m - 1, [None, bounds.buffers()[1], buf])
+    return pc.take(seg, pc.multiply(pa.arange(0, m), 2))
+
+
+def ends_to_record_batch(data: bytes, ends: array, counts: array) -> pa.RecordBatch:
+    """Build the record batch from :func:`scan_ends` output (C++ loops only)."""
+    n = len(counts)
+    buf = pa.py_buffer(data)
+    e = _arr(ends, pa.int64())
+    if len(e) > 1:
+        diffs = pc.subtract(e.slice(1), e.slice(0, len(e) - 1))
+        if pc.min(diffs).as_py() < 4:
+            raise ProtocolError("negative attribute length in the packet stream")
+    cnt = _arr(counts, pa.int64())
+    attr_off = pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(cnt)])
+    n_attr = attr_off[-1].as_py()
+    offsets32 = attr_off.cast(pa.int32())
+    packet_no = pa.arange(0, n)
+    cidx = pc.add(pc.multiply(pc.add(attr_off.slice(1), packet_no), 2), 1)
+    c_end = pc.take(e, cidx)
+    c_start = pc.add(pc.take(e, pc.subtract(cidx, 1)), 8)
+    if n and pc.min(pc.subtract(c_end, c_start)).as_py() < 0:
+        raise ProtocolError("negative content length in the packet stream")
+    content = _fields(c_start, c_end, buf).cast(pa.binary())
+    if n_attr:
+        parent = pc.list_parent_indices(pa.ListArray.from_arrays(offsets32, pa.nulls(n_attr, pa.int8())))
+        kidx = pc.add(pc.multiply(pc.add(pa.arange(0, n_attr), parent), 2), 1)
+        vidx = pc.add(kidx, 1)
+        keys = _strings(_fields(pc.add(pc.take(e, pc.subtract(kidx, 1)), 4), pc.take(e, kidx), buf))
+        values = _strings(_fields(pc.add(pc.take(e, kidx), 4), pc.take(e, vidx), buf))
+    else:
+        keys = pa.array([], pa.string())
+        values = pa.array([], pa.string())
+    attributes = pa.MapArray.from_arrays(offsets32, keys, values)
+    return pa.RecordBatch.from_arrays([content, attributes], schema=ARROW_SCHEMA)
+
+
 def packets_to_record_batch(packets: list[tuple[dict[str, str], bytes]]) -> pa.RecordBatch:
     """Record batch from already decoded packets (tests, small transfers)."""
     return pa.RecordBatch.from_arrays(
@@ -105,6 +211,7 @@ class BatchReader:
         self._max_attributes = max_attributes
         self.last_content_bytes = 0
         self.packets = 0
+        self._avg_packet = 0.0
 
     @property
     def checksum(self) -> int:
@@ -139,13 +246,14 @@ class BatchReader:
     def next_batch(self, max_rows: int, max_bytes: int) -> pa.RecordBatch | None:
         if max_rows <= 0:
             raise ValueError("max_rows must be positive")
-        target = max(64 << 10, min(max_bytes, 64 << 20))
+        # read about one batch worth (known after the first batch), never more than max_bytes
+        guess = int(self._avg_packet * max_rows * 1.05) + 4096 if self._avg_packet else 1 << 20
+        target = max(64 << 10, min(max_bytes, guess, 256 << 20))
         while True:
             self._fill(target)
             data = bytes(self._buf)
-            scan = scan_packets(data, 0, max_packets=max_rows, max_attributes=self._max_attributes,
-                                max_content=_MAX_CONTENT)
-            if scan.count == 0:
+            consumed, ends, counts = scan_ends(data, max_rows, self._max_attributes)
+            if not counts:
                 if self._eof:
                     if data:
                         raise ProtocolError(
@@ -155,11 +263,11 @@ class BatchReader:
                 target = max(target * 2, len(self._buf) + (64 << 10))
                 continue
             break
-        consumed = scan.consumed
+        batch = ends_to_record_batch(data, ends, counts)
         self._crc = zlib.crc32(memoryview(data)[:consumed], self._crc)
         del self._buf[:consumed]
-        batch = scan_to_record_batch(data, scan)
-        cb = scan.content_bounds
-        self.last_content_bytes = sum(cb[1::2]) - sum(cb[0::2])
-        self.packets += scan.count
+        contents = batch.column(0)
+        self.last_content_bytes = pc.sum(pc.binary_length(contents)).as_py() or 0
+        self.packets += len(counts)
+        self._avg_packet = consumed / len(counts)
         return batch

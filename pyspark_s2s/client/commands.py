@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-__all__ = ["register", "send", "receive", "peers", "valid_uuid", "Progress"]
+__all__ = ["Progress", "peers", "receive", "register", "send", "valid_uuid"]
 
 logger = logging.getLogger(__name__)
 
@@ -273,7 +273,7 @@ def _run(name: str, body: Callable[[argparse.Namespace], int]) -> Callable[[argp
             reason = str(exc)
         except OSError as exc:
             reason = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
-        except Exception as exc:  # noqa: BLE001 - the command line shows one line, never a traceback
+        except Exception as exc:
             logger.debug("%s failed", name, exc_info=True)
             reason = f"unexpected {type(exc).__name__}: {exc}"
         print(f"s2s {name}: {_one_line(reason)}", file=sys.stderr, flush=True)

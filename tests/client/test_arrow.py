@@ -102,3 +102,16 @@ def test_receive_record_batches_compressed(srv):
         tx.complete()
     got = rows(batches)
     assert [len(c) for _, c in got] == [i * 37 for i in range(300)]
+
+
+@given(st.binary(max_size=300), st.integers(min_value=1, max_value=50))
+def test_any_bytes_decode_alike_or_raise(data, step):
+    try:
+        expected = [(p.attributes, p.content) for p in decode_packets(data)]
+    except ProtocolError:
+        expected = None
+    try:
+        got = rows(drain(reader_over(data, step)))
+    except ProtocolError:
+        got = None
+    assert got == expected
