@@ -20,7 +20,8 @@ Usage::
     ``.tls_dir`` (Path), ``.ca`` (path of ca.pem, for ``verify=``), ``.client_cert`` and
     ``.denied_cert`` (``(cert.pem, key.pem)`` tuples for ``requests``' ``cert=``),
     ``.client_p12`` / ``.client_p12_password`` are set. On exit: SIGTERM, wait up to 10 s,
-    then SIGKILL. ``.stop()`` does the same and returns the exit status; ``.proc`` is the
+    then SIGKILL. ``.stop()`` does the same and returns the exit status; ``.kill()`` simulates
+    a crash (SIGKILL right away; use it with ``--data-dir``); ``.proc`` is the
     Popen; ``.stderr_text()`` returns what it logged. ``.pid`` is the server's pid (for
     /proc checks). Also usable without ``with``: ``.start()`` / ``.stop()``.
 
@@ -466,6 +467,13 @@ class ServerProcess(_Base):
         code = self.proc.returncode
         self._cleanup_tls()
         return code
+
+    def kill(self) -> int | None:
+        """SIGKILL (a crash: no clean shutdown), then clean up like :meth:`stop`."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        return self.stop()
 
     def __enter__(self) -> ServerProcess:  # noqa: PYI034
         return self.start()

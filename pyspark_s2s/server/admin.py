@@ -309,15 +309,7 @@ def _port_action(
             port = node.port_by_key(name)
             if port is None:
                 raise AdminError(404, f"no port {name}")
-            if drain:
-                items = []
-                while True:
-                    ff = port.pop()
-                    if ff is None:
-                        break
-                    items.append(ff)
-            else:
-                items = list(port.queue)
+            items = cluster.drain(node, port) if drain else list(port.queue)
         listed = [_flowfile_json(ff, with_content) for ff in items]
         if drain:
             for ff in items:
@@ -334,7 +326,7 @@ def _port_action(
             port = node.port_by_key(name)
             if port is None:
                 raise AdminError(404, f"no port {name}")
-            port.push(flowfiles)
+            cluster.enqueue(node, port, flowfiles)
             return 200, {"node": node.index, "port": port.describe(), "added": len(flowfiles)}
     nodes = _nodes_for(h, node_arg)
     described = []

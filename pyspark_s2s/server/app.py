@@ -131,6 +131,9 @@ class ServerApp:
                 node.removed = True
                 for port in node.ports.values():
                     port.clear()
+                if node.store is not None:
+                    node.store.destroy()
+                    node.store = None
             logger.info("node %d removed", index)
             return node
 
@@ -147,6 +150,7 @@ class ServerApp:
                 self.stop_node(index)
         if self._cleaner is not None:
             self._cleaner.join(timeout=5)
+        self.cluster.shutdown()
 
     def _cleanup_loop(self) -> None:
         interval = max(self.cluster.ttl / 2.0, 0.25)

@@ -69,6 +69,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "repeatable; default: the generated client DN may use every port")
     p.add_argument("--capacity", type=_non_negative, default=None,
                    help="back-pressure threshold (FlowFile count) of every queue; default unbounded")
+    p.add_argument("--data-dir", metavar="DIR",
+                   help="keep queues durably in DIR (write-ahead journal + snapshots); a restarted "
+                        "server serves what it had acknowledged; default: memory only")
+    p.add_argument("--snapshot-every", type=int, default=1000, metavar="N",
+                   help="with --data-dir: write a snapshot after N journal records (default 1000)")
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -109,7 +114,15 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
         routes[src] = dst
     if args.nodes < 1:
         raise SystemExit("s2s serve: --nodes must be >= 1")
-    cluster = Cluster(host=args.host, ports=specs, routes=routes, ttl=args.ttl, capacity=args.capacity)
+    cluster = Cluster(
+        host=args.host,
+        ports=specs,
+        routes=routes,
+        ttl=args.ttl,
+        capacity=args.capacity,
+        data_dir=args.data_dir,
+        snapshot_every=args.snapshot_every,
+    )
     material = None
     ctx = None
     policy = AccessPolicy()

@@ -934,6 +934,7 @@ class S2SHandler(BaseHTTPRequestHandler):
                 {"Cache-Control": NO_CACHE},
             )
             return
+        cluster.prepare_durable(tx.node, tx.flowfiles)  # big contents hit the disk outside the lock
         count, full = cluster.commit_send(tx)
         result = (
             ResponseCode.TRANSACTION_FINISHED_BUT_DESTINATION_FULL

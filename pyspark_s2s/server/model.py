@@ -168,6 +168,8 @@ class ContentWriter:
 class FlowFile:
     attributes: dict[str, str]
     content: Content
+    #: the server's own identity of the FlowFile (names its durable content file)
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     @property
     def size(self) -> int:
@@ -319,6 +321,8 @@ class Node:
     transactions: dict[str, Transaction] = field(default_factory=dict)
     # set by the HTTP layer: base URL ("http://127.0.0.1:8080/nifi")
     url: str = ""
+    #: durable queues (``--data-dir``), a persist.NodeStore, or None
+    store: Any = None
 
     def port_by_id(self, port_id: str) -> Port | None:
         for port in self.ports.values():
@@ -353,6 +357,8 @@ class Cluster:
         ttl: int = DEFAULT_TTL_SECONDS,
         capacity: int | None = None,
         clock: Any = time.monotonic,
+        data_dir: str | os.PathLike[str] | None = None,
+        snapshot_every: int = 1000,
     ) -> None:
         self.lock = threading.RLock()
         self.host = host
@@ -364,6 +370,8 @@ class Cluster:
         self.nodes: list[Node] = []
         self.history: deque[Transaction] = deque(maxlen=HISTORY_LIMIT)
         self._next_index = 0
+        self.data_dir = data_dir
+        self.snapshot_every = snapshot_every
 
     # -- nodes ---------------------------------------------------------------------------------
     def new_node(self, port_number: int = 0) -> Node:
@@ -376,8 +384,67 @@ class Cluster:
                 ports[spec.name] = port
             node = Node(index=self._next_index, host=self.host, port_number=port_number, ports=ports)
             self._next_index += 1
+            if self.data_dir is not None:
+                self._open_store(node)
             self.nodes.append(node)
             return node
+
+    def _open_store(self, node: Node) -> None:
+        from pathlib import Path
+
+        from pyspark_s2s.server.persist import NodeStore
+
+        assert self.data_dir is not None
+        node.store = NodeStore(Path(self.data_dir) / f"node-{node.index}", self.snapshot_every)
+        for name, flowfiles in node.store.load().items():
+            port = node.ports.get(name)
+            if port is None:
+                logger.warning(
+                    "node %d: %d durable FlowFile(s) of unknown port %r are kept on disk but not served",
+                    node.index, len(flowfiles), name,
+                )
+                for ff in flowfiles:
+                    ff.content.release()
+                continue
+            port.push(flowfiles)
+            logger.info("node %d: restored %d FlowFile(s) on port %s", node.index, len(flowfiles), name)
+
+    # -- queue changes (durable when --data-dir is set) ----------------------------------------
+    def prepare_durable(self, node_index: int, flowfiles: list[FlowFile]) -> None:
+        """Write contents to the data dir ahead of a commit, outside the lock (slow for big ones)."""
+        node = self.node(node_index)
+        if node is not None and node.store is not None:
+            node.store.write_contents(flowfiles)
+
+    def enqueue(self, node: Node, port: Port, flowfiles: list[FlowFile]) -> None:
+        with self.lock:
+            if node.store is not None:
+                node.store.add(port.name, flowfiles)
+            port.push(flowfiles)
+
+    def drain(self, node: Node, port: Port) -> list[FlowFile]:
+        with self.lock:
+            items: list[FlowFile] = []
+            while True:
+                ff = port.pop()
+                if ff is None:
+                    break
+                items.append(ff)
+            if node.store is not None:
+                node.store.remove(port.name, items)
+            return items
+
+    def shutdown(self) -> None:
+        """Server stops: final snapshots, and every content handle is closed."""
+        with self.lock:
+            for node in self.nodes:
+                if node.store is not None and not node.removed:
+                    node.store.close()
+                for tx in node.transactions.values():
+                    for ff in tx.flowfiles:
+                        ff.content.release()
+                for port in node.ports.values():
+                    port.clear()
 
     def node(self, index: int) -> Node | None:
         for node in self.nodes:
@@ -531,6 +598,9 @@ class Cluster:
         """Client confirmed a download: the FlowFiles are gone. Returns their count."""
         with self.lock:
             count = len(tx.flowfiles)
+            node = self.node(tx.node)
+            if node is not None and node.store is not None:
+                node.store.remove(tx.port.name, tx.flowfiles)
             for ff in tx.flowfiles:
                 ff.content.release()
             self._finish(tx, ServerEvent.COMMIT, "committed")
@@ -546,6 +616,8 @@ class Cluster:
             count = len(tx.flowfiles)
             if node is not None:
                 dest = self.destination(node, tx.port)
+                if node.store is not None:
+                    node.store.add(dest.name, tx.flowfiles)
                 dest.push(tx.flowfiles)
                 full = dest.is_full()
             else:
@@ -593,6 +665,8 @@ class Cluster:
                             ff.content.release()
                         self._finish(tx, ServerEvent.CANCEL, "reset")
                 node.transactions.clear()
+                if node.store is not None and not node.removed:
+                    node.store.clear()
                 for port in node.ports.values():
                     port.clear()
                     port.state = RUNNING

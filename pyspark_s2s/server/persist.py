@@ -1,0 +1,197 @@
+"""Durable queues for the reference server (``--data-dir``): a write-ahead journal plus snapshots.
+
+Owns: the on-disk layout of one node's queues and the rule that a change the server has
+acknowledged (a commit's 200, an admin enqueue/drain) is on disk first. Layout::
+
+    <data-dir>/node-<k>/content/<flowfile-id>   content of a queued FlowFile (written, fsynced,
+                                               then referenced)
+    <data-dir>/node-<k>/journal.log            one JSON record per line, each with a sequence
+                                               number; fsynced before the change is answered
+    <data-dir>/node-<k>/snapshot.json          every queue at sequence number N (written as
+                                               ``.partial``, fsynced, renamed)
+
+Records: ``{"seq", "op": "add", "port", "items": [[id, attributes, size], ...]}``,
+``{"seq", "op": "remove", "port", "ids": [...]}``, ``{"seq", "op": "clear"}``. Replay = snapshot,
+then the journal records with a larger sequence number; a torn last line (crash mid-write) is
+ignored. FlowFiles a download has taken but not committed are still queued on disk: after a
+crash they are back, exactly as NiFi rolls back an uncommitted session.
+
+Must not import: ``pyspark_s2s.client``, third-party packages.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from pyspark_s2s.server.model import Content, FlowFile
+
+__all__ = ["NodeStore"]
+
+logger = logging.getLogger(__name__)
+
+SNAPSHOT_EVERY = 1000
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class NodeStore:
+    """The durable state of one node's queues. Callers serialize calls (the cluster lock),
+    except :meth:`write_contents`, which only creates new files."""
+
+    def __init__(self, root: Path, snapshot_every: int = SNAPSHOT_EVERY) -> None:
+        self.root = root
+        self.content_dir = root / "content"
+        self.content_dir.mkdir(parents=True, exist_ok=True)
+        self.journal_path = root / "journal.log"
+        self.snapshot_path = root / "snapshot.json"
+        self.snapshot_every = max(1, snapshot_every)
+        self.seq = 0
+        self._since_snapshot = 0
+        self._queues: dict[str, list[list[Any]]] = {}  # port -> [[id, attrs, size], ...]
+        self._journal: Any = None
+
+    # -- loading -------------------------------------------------------------------------------
+    def load(self) -> dict[str, list[FlowFile]]:
+        """Replay snapshot + journal; returns the queued FlowFiles per port name, in order."""
+        if self.snapshot_path.exists():
+            data = json.loads(self.snapshot_path.read_text("utf-8"))
+            self.seq = int(data["seq"])
+            self._queues = {k: [list(i) for i in v] for k, v in data["queues"].items()}
+        if self.journal_path.exists():
+            with open(self.journal_path, "rb") as fh:
+                lines = fh.read().split(b"\n")
+            for n, line in enumerate(lines):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    if n == len(lines) - 1:
+                        logger.warning("ignoring a torn journal record at the end of %s", self.journal_path)
+                        break
+                    raise
+                if int(record["seq"]) <= self.seq:
+                    continue
+                self._apply(record)
+                self.seq = int(record["seq"])
+        referenced = {item[0] for items in self._queues.values() for item in items}
+        for path in self.content_dir.iterdir():
+            if path.name not in referenced:
+                path.unlink()  # written for a commit that never made it into the journal
+        # start from a fresh snapshot: the journal then only holds this run's records
+        self._write_snapshot()
+        out: dict[str, list[FlowFile]] = {}
+        for port, items in self._queues.items():
+            out[port] = [self._flowfile(fid, attrs, size) for fid, attrs, size in items]
+        return out
+
+    def _flowfile(self, fid: str, attrs: dict[str, str], size: int) -> FlowFile:
+        path = self.content_dir / fid
+        # an open read-only handle: Content reads it with pread
+        fh = open(path, "rb")  # noqa: SIM115 - owned by the Content, closed by release()
+        return FlowFile(dict(attrs), Content(file=fh, size=size), id=fid)
+
+    def _apply(self, record: dict[str, Any]) -> None:
+        op = record["op"]
+        if op == "add":
+            self._queues.setdefault(record["port"], []).extend(list(i) for i in record["items"])
+        elif op == "remove":
+            gone = set(record["ids"])
+            self._queues[record["port"]] = [
+                i for i in self._queues.get(record["port"], []) if i[0] not in gone
+            ]
+        elif op == "clear":
+            self._queues = {}
+        else:
+            raise ValueError(f"unknown journal operation {op!r}")
+
+    # -- changes -------------------------------------------------------------------------------
+    def write_contents(self, flowfiles: list[FlowFile]) -> None:
+        """Make the contents durable (before the record that references them)."""
+        for ff in flowfiles:
+            path = self.content_dir / ff.id
+            if path.exists():
+                continue
+            tmp = path.with_name(ff.id + ".partial")
+            with open(tmp, "wb") as out:
+                out.writelines(ff.content.chunks())
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, path)
+        if flowfiles:
+            _fsync_dir(self.content_dir)
+
+    def add(self, port: str, flowfiles: list[FlowFile]) -> None:
+        if not flowfiles:
+            return
+        self.write_contents(flowfiles)
+        items = [[ff.id, dict(ff.attributes), ff.size] for ff in flowfiles]
+        self._record({"op": "add", "port": port, "items": items})
+
+    def remove(self, port: str, flowfiles: list[FlowFile]) -> None:
+        if not flowfiles:
+            return
+        self._record({"op": "remove", "port": port, "ids": [ff.id for ff in flowfiles]})
+        for ff in flowfiles:
+            try:
+                (self.content_dir / ff.id).unlink()
+            except FileNotFoundError:
+                logger.debug("content of %s was already gone", ff.id)
+
+    def clear(self) -> None:
+        self._record({"op": "clear"})
+        for path in self.content_dir.iterdir():
+            path.unlink()
+
+    def _record(self, record: dict[str, Any]) -> None:
+        self.seq += 1
+        record = {"seq": self.seq, **record}
+        self._apply(record)
+        if self._journal is None:
+            self._journal = open(self.journal_path, "ab")  # noqa: SIM115 - kept open, closed in close()
+        self._journal.write(json.dumps(record, separators=(",", ":")).encode() + b"\n")
+        self._journal.flush()
+        os.fsync(self._journal.fileno())
+        self._since_snapshot += 1
+        if self._since_snapshot >= self.snapshot_every:
+            self._write_snapshot()
+
+    def _write_snapshot(self) -> None:
+        tmp = self.snapshot_path.with_name("snapshot.json.partial")
+        with open(tmp, "wb") as out:
+            out.write(json.dumps({"seq": self.seq, "queues": self._queues}).encode())
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, self.snapshot_path)
+        _fsync_dir(self.root)
+        # records up to self.seq are in the snapshot now; replay skips them even if the
+        # truncation below is lost in a crash
+        if self._journal is not None:
+            self._journal.close()
+        self._journal = open(self.journal_path, "wb")  # noqa: SIM115 - kept open, closed in close()
+        self._journal.flush()
+        os.fsync(self._journal.fileno())
+        self._since_snapshot = 0
+
+    def close(self) -> None:
+        if self._journal is not None:
+            self._write_snapshot()
+            self._journal.close()
+            self._journal = None
+
+    def destroy(self) -> None:
+        if self._journal is not None:
+            self._journal.close()
+            self._journal = None
+        shutil.rmtree(self.root, ignore_errors=True)
