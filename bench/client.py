@@ -146,7 +146,7 @@ class Plain:
         self.pool = urllib3.PoolManager(num_pools=2, maxsize=2, retries=False)
         self.block = bytes(range(256)) * (CHUNK // 256)
 
-    def upload(self, n: int) -> float:
+    def upload(self, n: int, keep: bool = False) -> float:
         block = self.block
 
         def body() -> Iterator[bytes]:
@@ -158,7 +158,7 @@ class Plain:
 
         t0 = time.perf_counter()
         resp = self.pool.urlopen(
-            "POST", self.url + "/upload", body=body(), chunked=True,
+            "POST", self.url + "/upload" + ("?keep=1" if keep else ""), body=body(), chunked=True,
             headers={"Content-Type": "application/octet-stream"}, preload_content=True,
         )
         secs = time.perf_counter() - t0
@@ -197,6 +197,7 @@ class Row:
     plain_secs: float | None = None
     target: float | None = None
     note: str = ""
+    kept_secs: float | None = None  #: plain upload into a server that keeps the bytes in memory
 
     @property
     def ff_per_s(self) -> float:
@@ -218,13 +219,20 @@ class Row:
             return None
         return self.plain_secs / self.secs
 
+    @property
+    def kept_ratio(self) -> float | None:
+        if self.kept_secs is None:
+            return None
+        return self.kept_secs / self.secs
+
 
 def best(fn: Callable[[], float], repeat: int) -> float:
     return min(fn() for _ in range(max(1, repeat)))
 
 
 def format_table(rows: list[Row]) -> str:
-    head = ("measurement", "FlowFiles", "MiB", "FlowFiles/s", "MiB/s", "plain MiB/s", "ratio", "target", "")
+    head = ("measurement", "FlowFiles", "MiB", "FlowFiles/s", "MiB/s", "plain MiB/s", "ratio", "target",
+            "ratio (plain keeps)", "")
     lines = [head]
     for r in rows:
         ratio = r.ratio
@@ -246,6 +254,7 @@ def format_table(rows: list[Row]) -> str:
             "" if pm is None else f"{pm:.1f}",
             "" if ratio is None else f"{ratio:.2f}",
             target,
+            "" if r.kept_ratio is None else f"{r.kept_ratio:.2f}",
             (verdict + (" " + r.note if r.note else "")).strip(),
         ))
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
@@ -418,9 +427,12 @@ def bench_transfer(name: str, s2s: S2S, plain: Plain, n: int, attrs: dict[str, s
         secs, recv_wire = s2s.receive(n)
         recv_secs.append(secs)
     plain_up = best(lambda: plain.upload(send_bytes), repeat)
+    plain_kept = best(lambda: plain.upload(send_bytes, keep=True), repeat)
+    plain.upload(0, keep=True)  # release the kept bytes
     plain_down = best(lambda: plain.download(recv_wire), repeat)
     return [
-        Row(f"{name} send", n, send_bytes, min(send_secs), plain_up, TARGETS.get(f"{name} send")),
+        Row(f"{name} send", n, send_bytes, min(send_secs), plain_up, TARGETS.get(f"{name} send"),
+            kept_secs=plain_kept),
         Row(f"{name} receive", n, recv_wire, min(recv_secs), plain_down, TARGETS.get(f"{name} receive")),
     ]
 

@@ -3,9 +3,10 @@
 Run: ``python -m bench.plain_server [--host 127.0.0.1] [--port 0]``. Prints
 ``plain: listening on http://HOST:PORT`` (flushed) and serves until SIGTERM/SIGINT.
 
-* ``POST /upload`` -- reads the request body (chunked or Content-Length) in 64 KiB pieces
-  with the reference server's own :class:`~pyspark_s2s.server.http.RequestBody` and answers
-  ``200`` with the number of bytes received as text.
+* ``POST /upload[?keep=1]`` -- reads the request body (chunked or Content-Length) in 64 KiB
+  pieces with the reference server's own :class:`~pyspark_s2s.server.http.RequestBody` and
+  answers ``200`` with the number of bytes received as text. With ``keep=1`` the pieces are
+  kept in memory until the next upload (a server that stores what it receives).
 * ``GET /download?n=N`` -- answers ``200`` with a chunked body of exactly N bytes written
   through the reference server's :class:`~pyspark_s2s.server.http.ChunkedWriter` (~64 KiB
   chunks), content taken from a prepared 64 KiB block.
@@ -26,7 +27,7 @@ import signal
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 from pyspark_s2s.server.http import READ_SIZE, ChunkedWriter, RequestBody
@@ -41,6 +42,7 @@ class PlainHandler(BaseHTTPRequestHandler):
     server_version = "s2s-bench-plain"
     sys_version = ""
     timeout = 300
+    kept: ClassVar[list[bytes]] = []
 
     def log_message(self, format: str, *args: Any) -> None:
         logger.debug("%s - %s", self.address_string(), format % args)
@@ -59,12 +61,19 @@ class PlainHandler(BaseHTTPRequestHandler):
             body.drain()
             self._reply(404, "not found")
             return
+        keep = parse_qs(urlsplit(self.path).query).get("keep") == ["1"]
+        kept: list[bytes] = []
         total = 0
         while True:
             data = body.read(READ_SIZE)
             if not data:
                 break
             total += len(data)
+            if keep:
+                kept.append(data)
+        # with keep=1 the body is held in memory until the next upload, as a server that stores
+        # what it receives must (the reference server keeps FlowFile content in memory)
+        type(self).kept = kept
         self._reply(200, str(total))
 
     def do_GET(self) -> None:
