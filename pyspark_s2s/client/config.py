@@ -619,9 +619,3 @@ def update_doc(path: str) -> bool:
             fh.write(new)
     return new != text
 
-
-if __name__ == "__main__":  # python -m pyspark_s2s.client.config [docs/client.md]
-    import sys
-
-    target = sys.argv[1] if len(sys.argv) > 1 else "docs/client.md"
-    print(f"{target}: {'updated' if update_doc(target) else 'already current'}")

@@ -115,6 +115,6 @@ def test_doc_options_table_is_current():
     text = DOC.read_text()
     start = text.index("<!-- options:begin -->") + len("<!-- options:begin -->\n")
     end = text.index("<!-- options:end -->")
-    assert text[start:end] == options_markdown(), "regenerate with python -m pyspark_s2s.client.config"
+    assert text[start:end] == options_markdown(), "regenerate with python -m pyspark_s2s.client.docgen"
     for opt in OPTIONS:
         assert re.search(rf"`{opt.name}`", text)
