@@ -13,6 +13,7 @@ import logging
 import ssl
 import threading
 import uuid
+from collections.abc import Callable
 
 from pyspark_s2s.server.faults import FaultRegistry
 from pyspark_s2s.server.http import NodeServer
@@ -51,6 +52,7 @@ class ServerApp:
         self._lifecycle = threading.RLock()
         self._stop = threading.Event()
         self._cleaner: threading.Thread | None = None
+        self._actions: list[threading.Thread] = []
 
     @property
     def secure(self) -> bool:
@@ -59,6 +61,15 @@ class ServerApp:
     @property
     def scheme(self) -> str:
         return "https" if self.secure else "http"
+
+    def run_later(self, action: Callable[[], object]) -> None:
+        """Run an admin action (node stop/remove) in its own thread, after the answer was sent;
+        :meth:`close` waits for it."""
+        thread = threading.Thread(target=action, daemon=True, name="s2s-admin-action")
+        with self._lifecycle:
+            self._actions = [t for t in self._actions if t.is_alive()]
+            self._actions.append(thread)
+        thread.start()
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self, nodes: int) -> list[Node]:
@@ -145,6 +156,8 @@ class ServerApp:
 
     def close(self) -> None:
         self._stop.set()
+        for action in list(self._actions):
+            action.join(timeout=10)
         with self._lifecycle:
             for index in list(self._servers):
                 self.stop_node(index)

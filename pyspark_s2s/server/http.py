@@ -371,7 +371,7 @@ class S2SHandler(BaseHTTPRequestHandler):
                     self.wfile.flush()
                 except OSError:
                     logger.debug("flush before the after-response action failed")
-                threading.Thread(target=action, daemon=True, name="s2s-admin-action").start()
+                self.app.run_later(action)
 
     # -- responses -----------------------------------------------------------------------------
     def _start(self, status: int, content_type: str | None, headers: dict[str, str] | None) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from s2shelp import RECEIVE, S2S, SEND, decode, encode
@@ -83,7 +84,11 @@ def test_reset_and_removed_node_forget_durable_state(tmp_path: Path) -> None:
         srv.admin.enqueue("solo", count=1, size=10, node=1)
         srv.admin.reset()
         srv.admin.enqueue("out", count=1, size=5)
-        srv.admin.remove_node(1)
+        srv.admin.remove_node(1)  # carried out just after the answer
+        for _ in range(100):
+            if [n["index"] for n in srv.admin.nodes()] == [0]:
+                break
+            time.sleep(0.05)
     assert not (data / "node-1").exists()
     with ServerThread(*ARGS, "--data-dir", str(data), "--nodes", "2") as again:
         assert again.admin.queued("solo") == 0
