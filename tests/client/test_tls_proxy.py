@@ -137,3 +137,16 @@ def test_proxy_407_challenge_is_answered_and_remembered():  # item 32
         assert all(r.headers.get("Proxy-Authorization") == "Basic dXNlcjpncmFudGVk" for r in stub.requests[1:])
         upload = [r for r in stub.requests if r.path.endswith("/flow-files")]
         assert len(upload) == 1 and upload[0].path.startswith("http://127.0.0.1:")
+
+
+def test_secrets_not_in_debug_logs(tls_srv, auth_proxy, caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    opts = {"proxyHost": "127.0.0.1", "proxyPort": auth_proxy.port, "proxyUsername": "proxyuser",
+            "proxyPassword": "proxy-secret-pw", **tls_opts(tls_srv, "pkcs12")}
+    with SiteToSiteClient(url=tls_srv.url, portName="in", **opts) as c:
+        c.send([({}, b"logged")])
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "proxy-secret-pw" not in text and tls_srv.client_p12_password not in text
+    assert "cHJveHl1c2VyOnByb3h5LXNlY3JldC1wdw" not in text  # base64 of the credentials

@@ -283,3 +283,23 @@ def test_round_trip_convenience_and_many_small(srv):
     with client(srv, port="out") as c:
         packets, done = c.receive()
     assert len(packets) == 5000 and packets[4999].content == b"payload 4999"
+
+
+def test_one_client_shared_by_threads(srv):
+    import threading
+
+    errors: list[BaseException] = []
+    with client(srv) as c:
+        def worker(k: int) -> None:
+            try:
+                for i in range(10):
+                    c.send([({"k": str(k), "i": str(i)}, b"t")])
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert not errors and srv.admin.queued("out") == 40
