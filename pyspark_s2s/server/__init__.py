@@ -2,7 +2,8 @@
 
 Owns: ``model`` (cluster, nodes, ports, queues, transactions), ``http`` (endpoints, body
 streaming), ``app`` (listeners, TTL cleanup), ``admin`` (the JSON admin API), ``tls`` (key
-material, policies), ``faults`` (fault injection), ``cli`` (the command). See docs/server.md.
+material, policies), ``faults`` (fault injection), ``persist`` (``--data-dir`` journal and
+snapshots), ``cli`` (the command). See docs/server.md.
 
 Must not import: ``pyspark_s2s.client`` (the client must never share code paths with the server
 it is tested against, beyond the protocol core) or any third-party package at import time.
