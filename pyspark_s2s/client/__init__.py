@@ -9,7 +9,13 @@ batches are requested.
 from __future__ import annotations
 
 from pyspark_s2s.client.client import SiteToSiteClient
-from pyspark_s2s.client.config import OPTIONS, Option, Secret, SiteToSiteClientConfig, options_markdown
+from pyspark_s2s.client.config import (
+    OPTIONS,
+    Option,
+    Secret,
+    SiteToSiteClientConfig,
+    options_markdown,
+)
 from pyspark_s2s.client.siteinfo import PortInfo, SiteInfo
 from pyspark_s2s.client.transaction import (
     ReceiveTransaction,
@@ -22,19 +28,19 @@ from pyspark_s2s.protocol.codes import Direction
 from pyspark_s2s.protocol.peers import PeerStatus
 
 __all__ = [
-    "SiteToSiteClient",
-    "SiteToSiteClientConfig",
-    "SendTransaction",
-    "ReceiveTransaction",
-    "TransactionCompletion",
-    "StreamedPacket",
+    "OPTIONS",
     "DataPacket",
     "Direction",
-    "PeerStatus",
-    "SiteInfo",
-    "PortInfo",
-    "Secret",
     "Option",
-    "OPTIONS",
+    "PeerStatus",
+    "PortInfo",
+    "ReceiveTransaction",
+    "Secret",
+    "SendTransaction",
+    "SiteInfo",
+    "SiteToSiteClient",
+    "SiteToSiteClientConfig",
+    "StreamedPacket",
+    "TransactionCompletion",
     "options_markdown",
 ]

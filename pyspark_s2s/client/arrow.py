@@ -28,10 +28,16 @@ import pyarrow.compute as pc
 
 from pyspark_s2s.errors import ProtocolError
 from pyspark_s2s.protocol.codec import MAX_ATTRIBUTES, PacketScan
-from pyspark_s2s.protocol.compression import FRAME_END, FrameReader
+from pyspark_s2s.protocol.compression import FrameReader
 
-__all__ = ["ARROW_SCHEMA", "BatchReader", "packets_to_record_batch", "scan_to_record_batch", "scan_ends",
-           "ends_to_record_batch"]
+__all__ = [
+    "ARROW_SCHEMA",
+    "BatchReader",
+    "ends_to_record_batch",
+    "packets_to_record_batch",
+    "scan_ends",
+    "scan_to_record_batch",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -239,9 +245,8 @@ class BatchReader:
             ev = self._frames.next_event()
             if ev is None:
                 return
-            if ev is FRAME_END:
-                continue
-            self._buf += ev
+            if isinstance(ev, bytes):
+                self._buf += ev
 
     def next_batch(self, max_rows: int, max_bytes: int) -> pa.RecordBatch | None:
         if max_rows <= 0:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Self
 
 from pyspark_s2s.client.config import SiteToSiteClientConfig
 from pyspark_s2s.client.http import HttpTransport
@@ -34,7 +34,11 @@ from pyspark_s2s.errors import (
 )
 from pyspark_s2s.protocol.codes import Direction, Header, ResponseCode
 from pyspark_s2s.protocol.endpoints import transactions_path
-from pyspark_s2s.protocol.negotiation import accept_server_ttl, accept_server_version, handshake_headers
+from pyspark_s2s.protocol.negotiation import (
+    accept_server_ttl,
+    accept_server_version,
+    handshake_headers,
+)
 from pyspark_s2s.protocol.peers import PeerStatus
 from pyspark_s2s.protocol.urls import resolve_location
 
@@ -148,7 +152,7 @@ class SiteToSiteClient:
         receive transaction starts its download here (as NiFi does): a 200 means no data.
         """
         direction = Direction.parse(direction)
-        transport, site, peers = self._parts()
+        transport, _, peers = self._parts()
         port_id = self.port_identifier(direction)
         attempts: list[str] = []
         tried: set[tuple[str, int]] = set()
@@ -194,7 +198,7 @@ class SiteToSiteClient:
             transport.prime_proxy_auth(base, headers)
         url = base + transactions_path(direction, port_id)
         resp = transport.request("POST", url, headers=headers)
-        ctx = {"peer": base, "port": self.config.port or port_id}
+        ctx: dict[str, Any] = {"peer": base, "port": self.config.port or port_id}
         if resp.status != 201:
             raise _result_error(resp, resp.body, f"POST {url} (create transaction)", **ctx)
         intent = resp.header(Header.LOCATION_INTENT)
@@ -266,10 +270,10 @@ class SiteToSiteClient:
         if self._transport is not None:
             self._transport.close()
 
-    def __enter__(self) -> SiteToSiteClient:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

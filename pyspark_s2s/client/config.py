@@ -27,14 +27,14 @@ from pyspark_s2s.errors import ConfigError
 from pyspark_s2s.protocol.urls import PeerAddressMap, parse_cluster_urls
 
 __all__ = [
-    "Option",
     "OPTIONS",
+    "Option",
     "Secret",
     "SiteToSiteClientConfig",
+    "options_markdown",
+    "parse_bool",
     "parse_duration",
     "parse_size",
-    "parse_bool",
-    "options_markdown",
     "resolve_option_names",
 ]
 
@@ -77,6 +77,7 @@ class Secret:
 # -- value parsers -----------------------------------------------------------------------------
 
 _DURATION_UNITS: dict[str, float] = {}
+_names: tuple[str, ...]
 for _names, _factor in (
     (("ns", "nano", "nanos", "nanosecond", "nanoseconds"), 1e-9),
     (("us", "micro", "micros", "microsecond", "microseconds"), 1e-6),
@@ -91,7 +92,8 @@ for _names, _factor in (
         _DURATION_UNITS[_n] = _factor
 
 _SIZE_UNITS: dict[str, int] = {}
-for _names, _factor in (
+_sfactor: int
+for _names, _sfactor in (
     (("", "b", "byte", "bytes"), 1),
     (("k", "kb", "kib"), 1 << 10),
     (("m", "mb", "mib"), 1 << 20),
@@ -99,7 +101,7 @@ for _names, _factor in (
     (("t", "tb", "tib"), 1 << 40),
 ):
     for _n in _names:
-        _SIZE_UNITS[_n] = _factor
+        _SIZE_UNITS[_n] = _sfactor
 
 _NUMBER_UNIT = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*$")
 
@@ -383,9 +385,9 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 _BY_NAME: dict[str, Option] = {}
-for _o in OPTIONS:
-    for _n in (*_o.names, _o.attr):
-        _BY_NAME[_n.lower()] = _o
+for _opt_ in OPTIONS:
+    for _n in (*_opt_.names, _opt_.attr):
+        _BY_NAME[_n.lower()] = _opt_
 _BY_ATTR: dict[str, Option] = {o.attr: o for o in OPTIONS}
 
 
@@ -415,12 +417,13 @@ def resolve_option_names(
     for key, value in options.items():
         if not isinstance(key, str):
             raise ConfigError(f"option names must be strings; got {key!r}")
-        opt = by_name.get(key.strip().lower())
-        if opt is None:
+        found = by_name.get(key.strip().lower())
+        if found is None:
             if key.strip().lower() in extra:
                 continue
             known = [o.name for o in table] + [a for o in table for a in o.aliases]
             raise ConfigError(f"Unknown option {key!r}{_closest(key, known)}", option=key)
+        opt = found
         if opt.attr in seen:
             raise ConfigError(
                 f"Option {opt.name!r} given twice (as {seen[opt.attr]!r} and {key!r})", option=opt.name
@@ -431,10 +434,6 @@ def resolve_option_names(
 
 
 # -- the config ------------------------------------------------------------------------------
-
-
-def _field(opt_attr: str) -> Any:
-    return field(default=_BY_ATTR[opt_attr].default)
 
 
 @dataclass(frozen=True, repr=False)
@@ -449,11 +448,11 @@ class SiteToSiteClientConfig:
     urls: Any = None
     port_name: Any = None
     port_identifier: Any = None
-    timeout: Any = _field("timeout")
-    idle_expiration: Any = _field("idle_expiration")
-    penalization_period: Any = _field("penalization_period")
-    cache_expiration: Any = _field("cache_expiration")
-    peer_refresh_interval: Any = _field("peer_refresh_interval")
+    timeout: Any = 30.0
+    idle_expiration: Any = 30.0
+    penalization_period: Any = 3.0
+    cache_expiration: Any = 30.0
+    peer_refresh_interval: Any = 60.0
     batch_count: Any = 0
     batch_size: Any = 0
     batch_duration: Any = 0.0
@@ -470,7 +469,7 @@ class SiteToSiteClientConfig:
     truststore_password: Any = None
     truststore_type: Any = None
     peer_persistence_file: Any = None
-    peer_address_map: Any = _field("peer_address_map")
+    peer_address_map: Any = field(default_factory=PeerAddressMap)
     transport_protocol: Any = "HTTP"
 
     def __post_init__(self) -> None:

@@ -41,7 +41,7 @@ from pyspark_s2s.client.config import SiteToSiteClientConfig
 from pyspark_s2s.errors import ConfigError, S2SError, S2STimeoutError, TransportError
 from pyspark_s2s.protocol.urls import format_host
 
-__all__ = ["HttpTransport", "Response", "build_ssl_context", "MAX_ERROR_BODY"]
+__all__ = ["MAX_ERROR_BODY", "HttpTransport", "Response", "build_ssl_context"]
 
 logger = logging.getLogger(__name__)
 
@@ -380,7 +380,7 @@ class HttpTransport:
             return S2STimeoutError(
                 f"Timed out ({self.config.timeout:g} s) {what} {method} {url}", peer=peer
             )
-        if isinstance(reason, SSLError) or isinstance(reason, ssl.SSLError):
+        if isinstance(reason, (SSLError, ssl.SSLError)):
             return TransportError(f"TLS failure on {method} {url}: {_short(reason)}", peer=peer)
         if isinstance(reason, ProxyError):
             text = _short(reason)

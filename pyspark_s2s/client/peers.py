@@ -22,7 +22,12 @@ from collections.abc import Callable
 
 from pyspark_s2s.client.http import HttpTransport
 from pyspark_s2s.client.siteinfo import SiteInfoProvider
-from pyspark_s2s.errors import HTTPStatusError, ProtocolError, S2SError, UnauthorizedError
+from pyspark_s2s.errors import (
+    HTTPStatusError,
+    ProtocolError,
+    S2SError,
+    UnauthorizedError,
+)
 from pyspark_s2s.protocol.codes import Direction
 from pyspark_s2s.protocol.endpoints import peers_path
 from pyspark_s2s.protocol.peers import (

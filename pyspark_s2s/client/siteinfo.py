@@ -30,7 +30,7 @@ from pyspark_s2s.protocol.codes import Direction
 from pyspark_s2s.protocol.endpoints import site_info_path
 from pyspark_s2s.protocol.peers import PeerStatus
 
-__all__ = ["SiteInfo", "SiteInfoProvider", "PortInfo"]
+__all__ = ["PortInfo", "SiteInfo", "SiteInfoProvider"]
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ class SiteInfoProvider:
         self._fetched_at = 0.0
         #: more API URLs to ask when every cluster URL fails (the client passes its known peers:
         #: every NiFi node serves the same site information) -- beyond NiFi
-        self.fallback_urls: Callable[[], list[str]] = lambda: []
+        self.fallback_urls: Callable[[], list[str]] = list
 
     @property
     def cached(self) -> SiteInfo | None:

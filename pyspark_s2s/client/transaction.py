@@ -24,8 +24,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from http.client import HTTPException
 from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import urlencode
+
+from urllib3.exceptions import HTTPError
 
 from pyspark_s2s.client.http import HttpTransport
 from pyspark_s2s.errors import (
@@ -60,11 +63,11 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = [
-    "TransactionCompletion",
-    "SendTransaction",
-    "ReceiveTransaction",
-    "StreamedPacket",
     "UPLOAD_CHUNK",
+    "ReceiveTransaction",
+    "SendTransaction",
+    "StreamedPacket",
+    "TransactionCompletion",
 ]
 
 logger = logging.getLogger(__name__)
@@ -307,7 +310,7 @@ class _Transaction:
     def __enter__(self) -> Any:
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         if self._machine.is_terminal:
             return
         reason = f"{exc_type.__name__}: {exc}" if exc_type is not None else "transaction left open"
@@ -514,7 +517,7 @@ class SendTransaction(_Transaction):
         if length is None:
             length = _stream_length(stream)
         if length is None:
-            spooled = tempfile.SpooledTemporaryFile(max_size=8 << 20)
+            spooled = tempfile.SpooledTemporaryFile(max_size=8 << 20)  # noqa: SIM115 (closed below)
             while True:
                 block = stream.read(UPLOAD_CHUNK)
                 if not block:
@@ -576,7 +579,7 @@ class SendTransaction(_Transaction):
             self._stop_keepalive()
             detail = ""
             try:
-                resp, result = self._delete({"responseCode": int(ResponseCode.BAD_CHECKSUM)})
+                _, result = self._delete({"responseCode": int(ResponseCode.BAD_CHECKSUM)})
                 detail = f" (server answered {result.response_code} to BAD_CHECKSUM)"
             except S2SError as exc:
                 detail = f" (telling the server failed: {exc.message})"
@@ -661,11 +664,11 @@ class StreamedPacket:
             return data
         if self._done:
             return b""
-        data = self._tx._next_content_chunk()
-        if data is None:
+        chunk = self._tx._next_content_chunk()
+        if chunk is None:
             self._done = True
             return b""
-        return data
+        return chunk
 
     def read_all(self) -> bytes:
         return self.content.read()
@@ -759,7 +762,7 @@ class ReceiveTransaction(_Transaction):
             return b""
         try:
             data = self._resp.read1(DOWNLOAD_CHUNK, decode_content=False) or b""
-        except Exception as exc:  # urllib3/socket errors while streaming
+        except (HTTPError, HTTPException, OSError) as exc:  # errors while streaming the body
             raise self._fail(self._transport._translate(exc, self.transaction_url + "/flow-files", "GET")) from None
         if not data:
             self._eof = True

@@ -63,7 +63,7 @@ class ProxyProcess:
     def log_text(self) -> str:
         return (Path(self._tmp.name) / "log").read_text(errors="replace")
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.proc is not None:
             self.proc.terminate()
             try:
@@ -167,7 +167,7 @@ class Stub:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
 

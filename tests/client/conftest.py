@@ -12,8 +12,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: serverproc
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # clienthelp
 
-from clienthelp import ProxyProcess  # noqa: E402
-from serverproc import ServerProcess  # noqa: E402
+from clienthelp import ProxyProcess
+from serverproc import ServerProcess
 
 PORT_ARGS = ("--input-port", "in", "--output-port", "out", "--route", "in=out",
              "--input-port", "in2", "--output-port", "out2")

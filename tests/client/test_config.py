@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from pyspark_s2s.client import OPTIONS, SiteToSiteClient, SiteToSiteClientConfig, options_markdown
+from pyspark_s2s.client import (
+    OPTIONS,
+    SiteToSiteClient,
+    SiteToSiteClientConfig,
+    options_markdown,
+)
 from pyspark_s2s.client.config import parse_duration, parse_size
 from pyspark_s2s.errors import ConfigError
 

@@ -13,11 +13,11 @@ from serverproc import ServerProcess
 
 from pyspark_s2s.client import SiteToSiteClient
 from pyspark_s2s.errors import (
+    HTTPStatusError,
     S2STimeoutError,
     TransactionNotFoundError,
     TransactionStateError,
     TransportError,
-    HTTPStatusError,
 )
 from pyspark_s2s.protocol.transaction import ClientState
 

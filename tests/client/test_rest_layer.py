@@ -10,7 +10,12 @@ import pytest
 from clienthelp import CLIENT_CONTENT, JAVA_ORDER_ATTRS, Reply, Stub
 
 from pyspark_s2s.client import SiteToSiteClient, SiteToSiteClientConfig
-from pyspark_s2s.errors import ConfigError, NoPeerAvailableError, ProtocolError, S2SError
+from pyspark_s2s.errors import (
+    ConfigError,
+    NoPeerAvailableError,
+    ProtocolError,
+    S2SError,
+)
 
 V = "x-nifi-site-to-site-protocol-version"
 

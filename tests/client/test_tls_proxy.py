@@ -7,7 +7,12 @@ import pytest
 from clienthelp import CLIENT_CONTENT, JAVA_ORDER_ATTRS, Stub
 
 from pyspark_s2s.client import SiteToSiteClient
-from pyspark_s2s.errors import ConfigError, NoPeerAvailableError, S2SError, TransportError
+from pyspark_s2s.errors import (
+    ConfigError,
+    NoPeerAvailableError,
+    S2SError,
+    TransportError,
+)
 
 
 def tls_opts(srv, kind: str = "pem") -> dict:

@@ -258,11 +258,10 @@ def test_context_manager_cancels_on_error(srv):
                 raise RuntimeError("boom")
         assert tx.state is ClientState.CANCELED
     assert srv.admin.queued("out") == 2
-    with client(srv) as c:
-        with pytest.raises(RuntimeError):
-            with c.create_transaction("send") as tx:
-                tx.send(b"abc")
-                raise RuntimeError("boom")
+    with client(srv) as c, pytest.raises(RuntimeError):
+        with c.create_transaction("send") as tx:
+            tx.send(b"abc")
+            raise RuntimeError("boom")
     assert srv.admin.queued("out") == 2
 
 
@@ -275,7 +274,7 @@ def test_batch_count_hint(srv):
 
 def test_round_trip_convenience_and_many_small(srv):
     with client(srv) as c:
-        done = c.send(((({"i": str(i)}, f"payload {i}".encode()) for i in range(5000))))
+        done = c.send(({"i": str(i)}, f"payload {i}".encode()) for i in range(5000))
     assert done.flow_files == 5000
     # one upload request carried them all
     txs = [t for t in srv.admin.transactions() if t["direction"] == "send"]
