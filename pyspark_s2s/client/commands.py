@@ -424,11 +424,19 @@ class _Staging:
         self.out_dir = out_dir
         self.tx_id = tx_id
         self.pending: list[tuple[str, str]] = []  # (temporary, final)
+        self.seen: set[str] = set()
 
     def _tmp(self, final_name: str) -> str:
         return os.path.join(self.out_dir, f".{final_name}.{self.tx_id}.partial")
 
     def write(self, uuid: str, attributes: dict[str, str], chunks: Iterator[bytes]) -> int:
+        if uuid in self.seen:
+            # NiFi never sends two FlowFiles with one uuid; writing both would lose one
+            raise CommandError(
+                f"two FlowFiles with uuid {uuid!r} in one transaction; transaction {self.tx_id} canceled, "
+                "its FlowFiles stay queued"
+            )
+        self.seen.add(uuid)
         content_tmp = self._tmp(uuid)
         attrs_tmp = self._tmp(f"{uuid}.attributes.json")
         self.pending.append((content_tmp, os.path.join(self.out_dir, uuid)))

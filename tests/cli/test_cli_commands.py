@@ -349,3 +349,37 @@ def test_sha_of_big_file_round_trip(srv: ServerProcess, run_cli: RunCli, tmp_pat
     assert hashlib.sha256((tmp_path / "o" / name).read_bytes()).digest() == hashlib.sha256(big.read_bytes()).digest()
     attrs = json.loads((tmp_path / "o" / f"{name}.attributes.json").read_text())
     assert attrs["uuid"] == name and attrs["filename"] == "big.bin"
+
+
+# -- proxy ------------------------------------------------------------------------------------
+
+
+def test_send_and_peers_through_an_authenticating_proxy(
+    srv: ServerProcess, run_cli: RunCli, tmp_path: Path, auth_proxy: tuple[int, str, str]
+) -> None:
+    port, user, password = auth_proxy
+    pw_file = tmp_path / "proxy.pw"
+    pw_file.write_text(password + "\n")
+    f = tmp_path / "via-proxy.txt"
+    f.write_text("through the proxy")
+    proxy = ["--proxy-host", "127.0.0.1", "--proxy-port", str(port), "--proxy-user", user]
+    r = run_cli("send", "--url", srv.url, "--port-name", "in", *proxy, "--proxy-password-file", pw_file, f)
+    assert r.status == 0, r.err
+    (ff,) = srv.admin.flowfiles("out", drain=True)
+    assert ff["content"] == b"through the proxy" and ff["attributes"]["filename"] == "via-proxy.txt"
+    assert password not in r.out + r.err
+    bad = tmp_path / "bad.pw"
+    bad.write_text("wrong-" + password)
+    r = run_cli("peers", "--url", srv.url, *proxy, "--proxy-password-file", bad)
+    assert r.status == 1 and r.err.count("\n") == 1 and "407" in r.err
+    assert password not in r.err and "Traceback" not in r.err
+
+
+def test_receive_refuses_duplicate_uuid_in_one_transaction(
+    srv: ServerProcess, run_cli: RunCli, tmp_path: Path
+) -> None:
+    srv.admin.enqueue("out", [({"uuid": "same"}, b"1"), ({"uuid": "same"}, b"2")])
+    r = run_cli("receive", "--url", srv.url, "--port-name", "out", "--out", tmp_path / "o")
+    assert r.status == 1 and "two FlowFiles with uuid 'same'" in r.err
+    assert srv.admin.queued("out") == 2
+    assert os.listdir(tmp_path / "o") == []
