@@ -4,29 +4,18 @@ module, reset before every test), a TLS one, and a helper running ``s2s`` in-pro
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: serverproc
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # clitesthelp
 
+from clitesthelp import PORT_ARGS, Result, RunCli
 from serverproc import ServerProcess
 
 from pyspark_s2s import cli
-
-PORT_ARGS = ("--input-port", "in", "--output-port", "out", "--route", "in=out", "--output-port", "out2")
-
-
-@dataclass
-class Result:
-    status: int
-    out: str
-    err: str
-
-
-RunCli = Callable[..., Result]
 
 
 @pytest.fixture

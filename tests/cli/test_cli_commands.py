@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import PORT_ARGS, RunCli
+from clitesthelp import PORT_ARGS, RunCli
 from serverproc import ServerProcess
 
 from pyspark_s2s.client.commands import Progress, valid_uuid
