@@ -76,8 +76,10 @@ logger = logging.getLogger(__name__)
 UPLOAD_CHUNK = 256 << 10
 #: bytes read from a download at a time
 DOWNLOAD_CHUNK = 256 << 10
-#: content larger than this is streamed in chunks rather than encoded whole
-_STREAM_CONTENT_OVER = 1 << 20
+#: body pieces at least this large are queued as they are instead of being coalesced
+_DIRECT = 64 << 10
+#: size of the slices large content is handed to the socket in (and read from file-likes)
+_SLICE = 1 << 20
 _QUEUE_DEPTH = 8
 _END = object()
 _ABORT = object()
@@ -450,8 +452,14 @@ class SendTransaction(_Transaction):
         self._server_checksum: int | None = None
         super().__init__(**kw)
 
-    def _put(self, data: bytes) -> None:
+    def _put(self, data: bytes | memoryview) -> None:
+        """Queue body bytes: small pieces are coalesced, large ones go as they are (no copy)."""
         if not data:
+            return
+        if len(data) >= _DIRECT:
+            self._flush()
+            assert self._upload is not None
+            self._upload.put(data)
             return
         self._pending += data
         if len(self._pending) >= UPLOAD_CHUNK:
@@ -463,6 +471,14 @@ class SendTransaction(_Transaction):
             self._pending.clear()
             assert self._upload is not None
             self._upload.put(chunk)
+
+    def _put_content(self, content: bytes) -> None:
+        """Content of one packet: checksummed (and compressed) by the core encoder in one call,
+        then handed to the socket in 1 MiB slices of the same buffer."""
+        out = self._encoder.content(content)
+        view = memoryview(out)
+        for i in range(0, len(view), _SLICE):
+            self._put(view[i : i + _SLICE])
 
     def _start_upload(self) -> None:
         self._transport.prime_proxy_auth(self.peer_url, self._hdrs(Accept="application/json"))
@@ -493,15 +509,16 @@ class SendTransaction(_Transaction):
             if self._upload is None:
                 self._start_upload()
             if isinstance(content, (bytes, bytearray, memoryview)):
-                data = memoryview(content).cast("B")
-                if len(data) <= _STREAM_CONTENT_OVER:
-                    self._put(self._encoder.packet(attrs, data))
+                if not isinstance(content, bytes):
+                    # a mutable buffer could change while queued: take a snapshot
+                    content = bytes(content)
+                size = len(content)
+                if size < _DIRECT:
+                    self._put(self._encoder.packet(attrs, content))
                 else:
-                    self._put(self._encoder.begin(attrs, len(data)))
-                    for i in range(0, len(data), UPLOAD_CHUNK):
-                        self._put(self._encoder.content(data[i : i + UPLOAD_CHUNK]))
+                    self._put(self._encoder.begin(attrs, size))
+                    self._put_content(content)
                     self._put(self._encoder.end())
-                size = len(data)
             else:
                 size = self._send_stream(content, attrs, length)
         except S2SError as exc:
@@ -530,12 +547,12 @@ class SendTransaction(_Transaction):
             self._put(self._encoder.begin(attrs, length))
             left = length
             while left > 0:
-                block = stream.read(min(UPLOAD_CHUNK, left))
+                block = stream.read(min(_SLICE, left))
                 if not block:
                     raise ProtocolError(
                         f"content stream ended {left} bytes before the declared length {length}"
                     )
-                self._put(self._encoder.content(block))
+                self._put_content(bytes(block))
                 left -= len(block)
             self._put(self._encoder.end())
         finally:
