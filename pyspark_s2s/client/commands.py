@@ -194,6 +194,7 @@ class Progress:
     total_bytes: int | None = None
     stream: IO[str] = field(default_factory=lambda: sys.stderr)
     interval: float = 0.2
+    delay: float = 1.0  #: nothing is shown for transfers shorter than this (seconds)
     enabled: bool | None = None
     files: int = 0
     bytes: int = 0
@@ -212,7 +213,7 @@ class Progress:
         if not self.enabled:
             return
         now = time.monotonic()
-        if now - self._last >= self.interval:
+        if now - self._start >= self.delay and now - self._last >= self.interval:
             self._last = now
             self._draw(now)
 

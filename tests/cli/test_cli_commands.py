@@ -326,13 +326,16 @@ class _Tty(io.StringIO):
 
 def test_progress_only_on_a_terminal() -> None:
     quiet = io.StringIO()
-    p = Progress("sending", total_files=2, stream=quiet, interval=0)
+    p = Progress("sending", total_files=2, stream=quiet, interval=0, delay=0)
     p.add(1, 1 << 20)
     p.done()
     assert quiet.getvalue() == ""
     tty = _Tty()
     p = Progress("sending", total_files=2, total_bytes=2 << 20, stream=tty, interval=0)
-    p.add(1, 1 << 20)
+    p.add(1, 0)
+    assert tty.getvalue() == ""  # short transfers show nothing (delay 1 s)
+    p.delay = 0
+    p.add(0, 1 << 20)
     assert "sending 1/2 FlowFiles, 1.0 MiB/2.0 MiB" in tty.getvalue()
     p.done()
     assert tty.getvalue().endswith("\r\x1b[K")
