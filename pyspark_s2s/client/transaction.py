@@ -497,12 +497,11 @@ class SendTransaction(_Transaction):
         ``length``, or from the file (seekable files); a non-seekable stream of unknown length
         is spooled to a temporary file first.
         """
-        with self._lock:
-            self._check(ClientEvent.SEND_PACKET)
-        attrs = dict(attributes or {})
-        for k, v in attrs.items():
-            if not isinstance(k, str) or not isinstance(v, str):
-                raise TypeError(f"attribute names and values must be str; got {k!r}: {v!r}")
+        machine = self._machine
+        if machine.state is not ClientState.DATA_EXCHANGED or self._failure is not None:
+            with self._lock:
+                self._check(ClientEvent.SEND_PACKET)
+        attrs: Mapping[str, str] = attributes if attributes is not None else {}
         if isinstance(content, str):
             content = content.encode("utf-8")
         try:
@@ -514,9 +513,13 @@ class SendTransaction(_Transaction):
                     content = bytes(content)
                 size = len(content)
                 if size < _DIRECT:
-                    self._put(self._encoder.packet(attrs, content))
+                    try:
+                        self._put(self._encoder.packet(attrs, content))
+                    except (AttributeError, TypeError):
+                        _check_attributes(attrs)
+                        raise
                 else:
-                    self._put(self._encoder.begin(attrs, size))
+                    self._put(self._begin(attrs, size))
                     self._put_content(content)
                     self._put(self._encoder.end())
             else:
@@ -525,11 +528,19 @@ class SendTransaction(_Transaction):
             raise self._fail(exc) from None
         except ProtocolError as exc:  # pragma: no cover - ProtocolError is an S2SError
             raise self._fail(exc) from None
-        self._handle(ClientEvent.SEND_PACKET)
+        if machine.state is not ClientState.DATA_EXCHANGED:
+            self._handle(ClientEvent.SEND_PACKET)
         self.flow_files += 1
         self.bytes += size
 
-    def _send_stream(self, stream: BinaryIO, attrs: dict[str, str], length: int | None) -> int:
+    def _begin(self, attrs: Mapping[str, str], size: int) -> bytes:
+        try:
+            return self._encoder.begin(attrs, size)
+        except (AttributeError, TypeError):
+            _check_attributes(attrs)
+            raise
+
+    def _send_stream(self, stream: BinaryIO, attrs: Mapping[str, str], length: int | None) -> int:
         spooled: Any = None
         if length is None:
             length = _stream_length(stream)
@@ -544,7 +555,7 @@ class SendTransaction(_Transaction):
             spooled.seek(0)
             stream = spooled
         try:
-            self._put(self._encoder.begin(attrs, length))
+            self._put(self._begin(attrs, length))
             left = length
             while left > 0:
                 block = stream.read(min(_SLICE, left))
@@ -633,6 +644,12 @@ class SendTransaction(_Transaction):
     def _abort_io(self) -> None:
         if self._upload is not None:
             self._upload.abort()
+
+
+def _check_attributes(attrs: Mapping[str, str]) -> None:
+    for k, v in attrs.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise TypeError(f"attribute names and values must be str; got {k!r}: {v!r}")
 
 
 def _stream_length(stream: Any) -> int | None:

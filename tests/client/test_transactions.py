@@ -302,3 +302,14 @@ def test_one_client_shared_by_threads(srv):
         for t in threads:
             t.join(60)
     assert not errors and srv.admin.queued("out") == 40
+
+
+def test_bad_attribute_types_are_refused_cleanly(srv):
+    with client(srv) as c:
+        tx = c.create_transaction("send")
+        with pytest.raises(TypeError, match="must be str"):
+            tx.send(b"x", {"n": 1})  # type: ignore[dict-item]
+        tx.send(b"ok", {"n": "1"})
+        tx.confirm()
+        assert tx.complete().flow_files == 1
+    assert [f["content"] for f in srv.admin.flowfiles("out", drain=True)] == [b"ok"]
