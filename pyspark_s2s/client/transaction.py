@@ -847,28 +847,33 @@ class ReceiveTransaction(_Transaction):
         Content of up to 1 MiB arrives whole; larger content too, unless ``stream=True``, which
         returns a :class:`StreamedPacket` whose ``content`` is read as a stream.
         """
-        with self._lock:
-            if self._machine.state is ClientState.DATA_RECEIVED:
-                return None
-            self._check(ClientEvent.RECEIVE_PACKET)
-        self._set_mode("packets")
+        machine = self._machine
+        if machine.state is not ClientState.DATA_EXCHANGED or self._failure is not None:
+            with self._lock:
+                if machine.state is ClientState.DATA_RECEIVED:
+                    return None
+                self._check(ClientEvent.RECEIVE_PACKET)
+            self._set_mode("packets")
+        elif self._mode != "packets":
+            self._set_mode("packets")
         if self._streaming is not None:
             # skip what the caller did not read of the previous streamed packet
             for _ in self._streaming.chunks():
                 pass
             self._streaming = None
         try:
-            ev = self._next_event()
+            ev = self._decoder.next_event()
+            if ev is NEED_DATA:
+                ev = self._next_event()
         except ProtocolError as exc:
             raise self._fail(exc) from None
-        except S2SError:
-            raise
         if ev is None:
             self._checksum = self._decoder.checksum
             self._end_of_data()
             return None
         if isinstance(ev, DataPacket):
-            self._handle(ClientEvent.RECEIVE_PACKET)
+            if machine.state is not ClientState.DATA_EXCHANGED:
+                self._handle(ClientEvent.RECEIVE_PACKET)
             self.flow_files += 1
             self.bytes += len(ev.content)
             if stream:
