@@ -22,6 +22,7 @@ from pyspark_s2s.client.transaction import (
     SendTransaction,
     StreamedPacket,
     TransactionCompletion,
+    TransactionHandle,
 )
 from pyspark_s2s.protocol.codec import DataPacket
 from pyspark_s2s.protocol.codes import Direction
@@ -42,5 +43,6 @@ __all__ = [
     "SiteToSiteClientConfig",
     "StreamedPacket",
     "TransactionCompletion",
+    "TransactionHandle",
     "options_markdown",
 ]

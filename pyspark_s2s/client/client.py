@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Self
 
@@ -24,6 +25,7 @@ from pyspark_s2s.client.transaction import (
     ReceiveTransaction,
     SendTransaction,
     TransactionCompletion,
+    TransactionHandle,
     _result_error,
 )
 from pyspark_s2s.errors import (
@@ -32,7 +34,7 @@ from pyspark_s2s.errors import (
     ProtocolError,
     S2SError,
 )
-from pyspark_s2s.protocol.codes import Direction, Header, ResponseCode
+from pyspark_s2s.protocol.codes import Direction, Header, ResponseCode, TransactionResult
 from pyspark_s2s.protocol.endpoints import transactions_path
 from pyspark_s2s.protocol.negotiation import (
     accept_server_ttl,
@@ -230,6 +232,46 @@ class SiteToSiteClient:
     def _forget(self, tx: Any) -> None:
         with self._lock:
             self._open.discard(tx)
+
+    # -- detached transactions ---------------------------------------------------------------
+    def _handle_request(self, method: str, handle: TransactionHandle, params: str = "") -> Any:
+        transport = self._parts()[0]
+        headers = self.headers()
+        headers["Accept"] = "application/json"
+        url = handle.transaction_url + params
+        ctx = {"peer": handle.peer, "port": handle.port_id, "transaction": handle.transaction_id}
+        try:
+            resp = transport.request(method, url, headers=headers)
+        except S2SError as exc:
+            raise exc.with_context(**ctx) from None
+        return resp, ctx
+
+    def commit(self, handle: TransactionHandle) -> TransactionCompletion:
+        """Commit a detached send transaction (DELETE responseCode=12); 14 sets ``backoff``."""
+        started = time.monotonic()
+        resp, ctx = self._handle_request("DELETE", handle, "?responseCode=12")
+        result = TransactionResult.parse(resp.body)
+        if resp.status != 200:
+            raise _result_error(resp, resp.body, f"commit DELETE {handle.transaction_url}", **ctx)
+        if result.response_code not in (13, 14):
+            raise ProtocolError(f"commit answered response code {result.response_code} ({result.message}); "
+                                "expected 13 or 14", http_status=200, response_code=result.response_code, **ctx)
+        return TransactionCompletion(
+            flow_files=handle.flow_files, bytes=handle.bytes, backoff=result.response_code == 14,
+            duration=time.monotonic() - started, peer=handle.peer, transaction_url=handle.transaction_url,
+            response_code=result.response_code, checksum=handle.checksum)
+
+    def cancel(self, handle: TransactionHandle) -> None:
+        """Cancel a detached transaction (DELETE responseCode=15); an expired one is fine."""
+        resp, ctx = self._handle_request("DELETE", handle, "?responseCode=15")
+        if resp.status not in (200, 404):
+            raise _result_error(resp, resp.body, f"cancel DELETE {handle.transaction_url}", **ctx)
+
+    def extend(self, handle: TransactionHandle) -> None:
+        """Extend a detached transaction's TTL (PUT)."""
+        resp, ctx = self._handle_request("PUT", handle)
+        if resp.status != 200:
+            raise _result_error(resp, resp.body, f"PUT {handle.transaction_url} (extend TTL)", **ctx)
 
     # -- conveniences ------------------------------------------------------------------------
     def send(self, packets: Iterable[tuple[Mapping[str, str] | None, Any] | bytes]) -> TransactionCompletion:

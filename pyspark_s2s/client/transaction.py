@@ -117,6 +117,28 @@ def _result_error(resp: Any, body: bytes, what: str, **ctx: Any) -> S2SError:
                            retriable=status >= 500, **ctx)
 
 
+@dataclass(frozen=True)
+class TransactionHandle:
+    """A confirmed send transaction detached from its object (:meth:`SendTransaction.detach`).
+
+    Picklable, so it can travel to another process (Spark's driver) and be committed there with
+    :meth:`SiteToSiteClient.commit`, extended with :meth:`SiteToSiteClient.extend` or canceled
+    with :meth:`SiteToSiteClient.cancel`, within the server's TTL.
+    """
+
+    transaction_url: str
+    peer: str
+    port_id: str
+    ttl_seconds: int
+    flow_files: int
+    bytes: int
+    checksum: int
+
+    @property
+    def transaction_id(self) -> str:
+        return self.transaction_url.rstrip("/").rsplit("/", 1)[-1]
+
+
 class _KeepAlive:
     """PUTs the transaction URL every ``interval`` seconds until stopped."""
 
@@ -292,7 +314,7 @@ class _Transaction:
         A finished (completed, canceled or failed) transaction is left alone.
         """
         with self._lock:
-            if not self._machine.can(ClientEvent.CANCEL):
+            if not self._machine.can(ClientEvent.CANCEL) or getattr(self, "_detached", False):
                 return
             self._machine.handle(ClientEvent.CANCEL)
         logger.info("canceling transaction %s: %s", self.transaction_url, reason)
@@ -450,6 +472,7 @@ class SendTransaction(_Transaction):
         self._pending = bytearray()
         self._upload: _Upload | None = None
         self._server_checksum: int | None = None
+        self._detached = False
         super().__init__(**kw)
 
     def _put(self, data: bytes | memoryview) -> None:
@@ -618,9 +641,32 @@ class SendTransaction(_Transaction):
             ))
         self._handle(ClientEvent.CONFIRM)
 
+    def detach(self) -> TransactionHandle:
+        """Hand a confirmed transaction over for a later commit, possibly in another process.
+
+        Extends the TTL once, stops the keep-alive and returns a picklable
+        :class:`TransactionHandle`; this object can no longer complete or cancel.
+        """
+        with self._lock:
+            if self._machine.state is not ClientState.CONFIRMED or self._detached:
+                raise TransactionStateError(
+                    f"Only a confirmed transaction can be detached (state {self._machine.state.name})",
+                    **self._ctx())
+            self._detached = True
+        self._stop_keepalive()
+        try:
+            self.extend()
+        except S2SError as exc:
+            raise self._fail(exc) from None
+        self._closed()
+        return TransactionHandle(self.transaction_url, self.peer_url, self.port_id, self.ttl_seconds,
+                                 self.flow_files, self.bytes, self._encoder.checksum)
+
     def complete(self) -> TransactionCompletion:
         """Commit (DELETE responseCode=12); result 13 = done, 14 = done but back off."""
         with self._lock:
+            if self._detached:
+                raise TransactionStateError("the transaction was detached; commit its handle", **self._ctx())
             self._check(ClientEvent.COMPLETE)
         self._stop_keepalive()
         try:

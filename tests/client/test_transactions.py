@@ -313,3 +313,39 @@ def test_bad_attribute_types_are_refused_cleanly(srv):
         tx.confirm()
         assert tx.complete().flow_files == 1
     assert [f["content"] for f in srv.admin.flowfiles("out", drain=True)] == [b"ok"]
+
+
+def test_detach_then_commit_elsewhere_and_cancel(srv):
+    import pickle
+
+    with client(srv) as c:
+        tx = c.create_transaction("send")
+        tx.send(b"batch member")
+        tx.confirm()
+        handle = pickle.loads(pickle.dumps(tx.detach()))
+        with pytest.raises(TransactionStateError, match="detached"):
+            tx.complete()
+    assert srv.admin.queued("out") == 0
+    with client(srv) as other:  # e.g. Spark's driver
+        other.extend(handle)
+        done = other.commit(handle)
+    assert done.flow_files == 1 and done.response_code == 13
+    assert srv.admin.queued("out") == 1
+    with client(srv) as c:
+        tx = c.create_transaction("send")
+        tx.send(b"aborted member")
+        tx.confirm()
+        handle = tx.detach()
+        c.cancel(handle)
+        c.cancel(handle)  # already gone: fine
+    assert srv.admin.queued("out") == 1
+
+
+def test_close_cancels_open_transactions(srv):
+    c = client(srv)
+    tx = c.create_transaction("send")
+    tx.send(b"never committed")
+    c.close()
+    assert tx.state is ClientState.CANCELED
+    txs = [t for t in srv.admin.transactions() if t["direction"] == "send"]
+    assert txs[-1]["state"] in ("CANCELED", "FAILED") and srv.admin.queued("out") == 0  # rolled back
