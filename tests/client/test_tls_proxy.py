@@ -155,3 +155,18 @@ def test_secrets_not_in_debug_logs(tls_srv, auth_proxy, caplog):
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "proxy-secret-pw" not in text and tls_srv.client_p12_password not in text
     assert "cHJveHl1c2VyOnByb3h5LXNlY3JldC1wdw" not in text  # base64 of the credentials
+
+
+def test_address_mapping_keeps_tls_name_checks(tls_srv):
+    port = int(tls_srv.url.split(":")[2].split("/")[0])
+    ok = f"localhost:{port}=127.0.0.1:{port}"
+    with SiteToSiteClient(url=f"https://localhost:{port}/nifi", portName="in", peerAddressMap=ok,
+                          **tls_opts(tls_srv)) as c:
+        assert c.site_info().active_url == f"https://localhost:{port}/nifi-api"
+        assert c.send([({}, b"mapped over TLS")]).flow_files == 1
+    wrong = f"nifi.example.invalid:{port}=127.0.0.1:{port}"
+    with SiteToSiteClient(url=f"https://nifi.example.invalid:{port}/nifi", portName="in", peerAddressMap=wrong,
+                          timeout="5 sec", **tls_opts(tls_srv)) as c:
+        with pytest.raises(S2SError, match="TLS") as info:
+            c.site_info()
+    assert "nifi.example.invalid" in str(info.value)
