@@ -466,20 +466,29 @@ def main(argv: list[str] | None = None) -> int:
             n = 256 * MIB
             rows.append(Row("plain upload", 0, n, best(lambda: plain.upload(n), args.repeat)))
             rows.append(Row("plain download", 0, n, best(lambda: plain.download(n), args.repeat)))
-        if groups & {"small", "large"}:
-            server = stack.enter_context(start_s2s_server())
-            s2s = S2S(server.url)
-            stack.callback(s2s.close)
-            if "small" in groups:
-                rows += bench_transfer("small", s2s, plain, args.small, SMALL_ATTRS, SMALL_CONTENT, args.repeat)
-                s2s.send(args.small, SMALL_ATTRS, SMALL_CONTENT)
-                secs, got = s2s.receive_arrow(args.small)
-                rows.append(Row("small receive -> Arrow (end to end)", got,
-                                packet_bytes(got, SMALL_ATTRS, SMALL_CONTENT), secs,
-                                note="MiB/s without the server's added attributes"))
-            if "large" in groups:
-                big = (bytes(range(256)) * 4096) * args.large_mib
-                rows += bench_transfer("large", s2s, plain, args.large, {"filename": "large.bin"}, big, args.repeat)
+        # each group gets a fresh server and client, so one does not inherit the other's heap
+        if "small" in groups:
+            with start_s2s_server() as server:
+                s2s = S2S(server.url)
+                try:
+                    rows += bench_transfer("small", s2s, plain, args.small, SMALL_ATTRS, SMALL_CONTENT,
+                                           args.repeat)
+                    s2s.send(args.small, SMALL_ATTRS, SMALL_CONTENT)
+                    secs, got = s2s.receive_arrow(args.small)
+                    rows.append(Row("small receive -> Arrow (end to end)", got,
+                                    packet_bytes(got, SMALL_ATTRS, SMALL_CONTENT), secs,
+                                    note="MiB/s without the server's added attributes"))
+                finally:
+                    s2s.close()
+        if "large" in groups:
+            with start_s2s_server() as server:
+                s2s = S2S(server.url)
+                try:
+                    big = (bytes(range(256)) * 4096) * args.large_mib
+                    rows += bench_transfer("large", s2s, plain, args.large, {"filename": "large.bin"}, big,
+                                           args.repeat)
+                finally:
+                    s2s.close()
         if "arrow" in groups:
             rows += arrow_decode(args.arrow, args.repeat)
     print(format_table(rows))
