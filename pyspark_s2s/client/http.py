@@ -162,6 +162,15 @@ def _load_chain(ctx: ssl.SSLContext, key: Any, certs: list[Any]) -> None:
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
+def _user_agent() -> str:
+    from pyspark_s2s import __version__
+
+    return f"pyspark-s2s/{__version__}"
+
+
+_USER_AGENT = _user_agent()
+
+
 class HttpTransport:
     """Thread-safe HTTP(S) requests for one client (pools shared by all its transactions)."""
 
@@ -321,6 +330,7 @@ class HttpTransport:
         mgr = self._manager(with_auth)
         hdrs = dict(headers)
         hdrs.setdefault("Host", host_header)
+        hdrs.setdefault("User-Agent", _USER_AGENT)
         tmo = self._timeout if timeout is None else Timeout(connect=timeout, read=timeout)
         pool = mgr.connection_from_host(host, port=port, scheme=scheme, pool_kwargs=pool_kwargs or None)
         if self.uses_proxy and scheme == "http":

@@ -169,3 +169,20 @@ def test_peer_address_mapping(cluster):
     with SiteToSiteClient(url=f"http://nifi-0.cluster.invalid:{p0}/nifi", portName="in", timeout="2 sec") as c:
         with pytest.raises(Exception, match="nifi-0.cluster.invalid"):
             c.site_info()
+
+
+def test_expired_persistence_file_is_used_until_refresh(cluster, tmp_path: Path):  # item 39
+    import os
+    import time
+
+    pfile = tmp_path / "peers.txt"
+    real = [f"127.0.0.1:{_port(u)}:false:true" for u in cluster.urls]
+    pfile.write_text("HTTP\nRemote Instance URIs: " + cluster.api(0) + "\n" + "\n".join([*real, "gone.invalid:1:false:true"]) + "\n")
+    old = time.time() - 3600
+    os.utime(pfile, (old, old))
+    with SiteToSiteClient(url=cluster.url, portName="in", peerPersistenceFile=str(pfile), timeout="2 sec") as c:
+        restored = {p.hostname for p in c._parts()[2].peers}
+        assert restored == {"127.0.0.1", "gone.invalid"}  # restored as stored, even though expired
+        ports = {p.port for p, _ in c.peer_statuses("send")}  # expired: refreshed first
+    assert ports == {_port(u) for u in cluster.urls}
+    assert "gone.invalid" not in pfile.read_text()
