@@ -30,8 +30,8 @@ __all__ = ["Progress", "peers", "receive", "register", "send", "valid_uuid"]
 
 logger = logging.getLogger(__name__)
 
-#: bytes read from a file / written to disk at a time
-IO_CHUNK = 256 << 10
+#: longest usable uuid: its temporary attributes file name must stay under 255 bytes
+MAX_UUID_BYTES = 180
 
 
 class CommandError(Exception):
@@ -388,7 +388,7 @@ def valid_uuid(value: str | None) -> bool:
         return False
     if value.startswith("."):
         return False
-    return len(value.encode("utf-8", "surrogatepass")) <= 200
+    return len(value.encode("utf-8", "surrogatepass")) <= MAX_UUID_BYTES
 
 
 def _fsync_dir(path: str) -> None:

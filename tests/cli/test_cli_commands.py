@@ -230,8 +230,18 @@ def test_receive_refuses_unsafe_uuid(srv: ServerProcess, run_cli: RunCli, tmp_pa
 
 def test_valid_uuid_rules() -> None:
     assert valid_uuid("0f8fad5b-d9cb-469f-a165-70867728950e")
-    for bad in (None, "", ".", "..", "a/b", "a\\b", "..x", "a..b", ".hidden", "a\x00b", "x" * 300):
+    assert valid_uuid("x" * 180)
+    for bad in (None, "", ".", "..", "a/b", "a\\b", "..x", "a..b", ".hidden", "a\x00b", "x" * 181):
         assert not valid_uuid(bad)
+
+
+def test_receive_longest_uuid_fits_the_file_system(srv: ServerProcess, run_cli: RunCli, tmp_path: Path) -> None:
+    uid = "u" * 180
+    srv.admin.enqueue("out", [({"uuid": uid}, b"long name")])
+    r = run_cli("receive", "--url", srv.url, "--port-name", "out", "--out", tmp_path)
+    assert r.status == 0, r.err
+    assert (tmp_path / uid).read_bytes() == b"long name"
+    assert json.loads((tmp_path / f"{uid}.attributes.json").read_text()) == {"uuid": uid}
 
 
 # -- peers ------------------------------------------------------------------------------------
