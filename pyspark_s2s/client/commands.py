@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -304,8 +305,6 @@ def _check_files(paths: list[str]) -> list[_SendFile]:
             st = os.stat(path)
         except OSError as exc:
             raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from None
-        import stat
-
         if not stat.S_ISREG(st.st_mode):
             raise CommandError(f"{path} is not a regular file")
         if not os.access(path, os.R_OK):
