@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any, Self
 
@@ -81,7 +82,7 @@ class SiteToSiteClient:
         self._site: SiteInfoProvider | None = None
         self._peers: PeerManager | None = None
         self._version = 1
-        self._open: set[Any] = set()
+        self._open: weakref.WeakSet[Any] = weakref.WeakSet()
         self._closed = False
         self._port_ids: dict[Direction, str] = {}
 

@@ -22,6 +22,7 @@ import queue
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from http.client import HTTPException
@@ -143,7 +144,8 @@ class _KeepAlive:
     """PUTs the transaction URL every ``interval`` seconds until stopped."""
 
     def __init__(self, tx: _Transaction, interval: float) -> None:
-        self._tx = tx
+        # a weak reference: an abandoned transaction is collected and its keep-alive ends
+        self._tx = weakref.ref(tx)
         self.interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -156,17 +158,20 @@ class _KeepAlive:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
+            tx = self._tx()
+            if tx is None:
+                return
             try:
-                self._tx.extend()
+                tx.extend()
                 self.extensions += 1
             except S2SError as exc:
-                if self._stop.is_set():
+                if self._stop.is_set() or isinstance(exc, TransactionStateError):
                     return
-                logger.warning("extending transaction %s failed: %s", self._tx.transaction_url, exc)
-                self._tx._keepalive_failed(exc)
+                logger.warning("extending transaction %s failed: %s", tx.transaction_url, exc)
+                tx._keepalive_failed(exc)
                 return
-            except TransactionStateError:
-                return
+            finally:
+                del tx
 
     def stop(self, wait: float | None = None) -> None:
         self._stop.set()
@@ -251,17 +256,24 @@ class _Transaction:
             self._machine.handle(event)
 
     def _fail(self, exc: S2SError) -> S2SError:
-        """Move to ERROR, stop the keep-alive, drop connections; returns ``exc`` (context added)."""
+        """Move to ERROR, stop the keep-alive, drop connections.
+
+        Returns the error to raise: the first failure of the transaction (context added), so that
+        a caller interrupted because the keep-alive failed sees that root cause.
+        """
         err = self._err(exc)
         with self._lock:
-            if self._failure is None:
+            first = self._failure is None
+            if first:
                 self._failure = err
             if self._machine.can(ClientEvent.FAIL):
                 self._machine.handle(ClientEvent.FAIL)
-        self._keepalive.stop()
-        self._abort_io()
-        self._closed()
-        return err
+        if first:
+            self._keepalive.stop()
+            self._abort_io()
+            self._closed()
+        assert self._failure is not None
+        return self._failure
 
     def _keepalive_failed(self, exc: S2SError) -> None:
         self._fail(exc)
@@ -369,7 +381,12 @@ class _Upload:
     """The streamed upload POST, run on a helper thread fed by a bounded queue."""
 
     def __init__(self, tx: SendTransaction) -> None:
-        self._tx = tx
+        # only a weak reference: an abandoned transaction must not be kept alive by its upload
+        self._tx_ref = weakref.ref(tx)
+        self._url = tx.transaction_url + "/flow-files"
+        self._timeout = tx._timeout
+        self._transport = tx._transport
+        self._headers = tx._hdrs(**{"Content-Type": "application/octet-stream", "Accept": "text/plain"})
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=_QUEUE_DEPTH)
         self.response_status: int | None = None
         self.response_body = b""
@@ -382,7 +399,12 @@ class _Upload:
 
     def _body(self) -> Iterator[bytes]:
         while True:
-            item = self._queue.get()
+            try:
+                item = self._queue.get(timeout=1.0)
+            except queue.Empty:
+                if self._tx_ref() is None:
+                    raise ConnectionAbortedError("transaction abandoned") from None
+                continue
             if item is _END:
                 return
             if item is _ABORT:
@@ -390,12 +412,9 @@ class _Upload:
             yield item
 
     def _run(self) -> None:
-        tx = self._tx
-        url = tx.transaction_url + "/flow-files"
-        headers = tx._hdrs(**{"Content-Type": "application/octet-stream", "Accept": "text/plain"})
         try:
-            resp = tx._transport.open("POST", url, headers=headers, body=self._body(), chunked=True,
-                                      replayable=False)
+            resp = self._transport.open("POST", self._url, headers=self._headers, body=self._body(),
+                                        chunked=True, replayable=False)
             self.response_status = resp.status
             self.response_body = resp.data or b""
         except S2SError as exc:
@@ -432,8 +451,7 @@ class _Upload:
         if self.error is not None:
             return self.error
         fake = type("R", (), {"status": self.response_status})
-        return _result_error(fake, self.response_body,
-                             f"POST {self._tx.transaction_url}/flow-files ended early")
+        return _result_error(fake, self.response_body, f"POST {self._url} ended early")
 
     def finish(self) -> None:
         """End the body and wait for the response (bounded by the read timeout)."""
@@ -454,7 +472,7 @@ class _Upload:
                 self._queue.put_nowait(_ABORT)
             except queue.Full:
                 pass
-            self._thread.join(timeout=self._tx._timeout + 1)
+            self._thread.join(timeout=self._timeout + 1)
 
 
 class SendTransaction(_Transaction):
@@ -826,6 +844,7 @@ class ReceiveTransaction(_Transaction):
             resp.drain_conn()
             resp.release_conn()
             logger.debug("transaction %s: no data (200)", self.transaction_url)
+            self._keepalive.stop()  # the server never holds a transaction that found no data
             self._eof = True
             self._handle(ClientEvent.RECEIVE_END)
             return

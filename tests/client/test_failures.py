@@ -186,3 +186,20 @@ def test_expired_before_commit(srv):
             tx.complete()
         assert info.value.transaction == tx.transaction_id and info.value.port == tx.port_id
     assert srv.admin.queued("out") == 0
+
+
+def test_abandoned_transaction_stops_its_keepalive(short):
+    import gc
+    import threading
+
+    with SiteToSiteClient(url=short.url, portName="in") as c:
+        tx = c.create_transaction("send")
+        tx.send(b"forgotten")
+        name = f"s2s-keepalive-{tx.transaction_id}"
+        assert any(t.name == name for t in threading.enumerate())
+        del tx
+        gc.collect()
+        deadline = time.monotonic() + 5
+        while any(t.name == name for t in threading.enumerate()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(t.name == name for t in threading.enumerate())
