@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -188,6 +189,7 @@ class PacketDecoder:
         self._need = 4  # bytes needed from _pos before a header parse can succeed
         self._remaining = 0  # content bytes still to stream (streaming mode)
         self._streaming = False
+        self._direct: deque[ContentChunk] = deque()  # content chunks passed through by feed()
         self._pending: DataPacket | PacketStart | None = None  # header parsed, content inline
         self._inline_length = 0
         self._crc = 0
@@ -228,11 +230,27 @@ class PacketDecoder:
             raise ProtocolError("decoder already failed")
         if self._eof:
             raise ProtocolError("data fed after end of stream")
-        if data:
-            if self._pos and self._pos >= len(self._buf) // 2:
-                del self._buf[: self._pos]
-                self._pos = 0
-            self._buf += data
+        if not data:
+            return
+        if self._streaming and self._remaining and self._pos == len(self._buf):
+            # Large content, nothing buffered: hand the caller's bytes out as they are
+            # (no copy into the buffer and out again); only what follows the content is kept.
+            n = min(len(data), self._remaining)
+            if n == len(data) and isinstance(data, bytes):
+                chunk = data
+            else:
+                chunk = bytes(data[:n])
+            self._crc = zlib.crc32(chunk, self._crc)
+            self._consumed += n
+            self._remaining -= n
+            self._direct.append(ContentChunk(chunk))
+            data = data[n:]
+            if not data:
+                return
+        if self._pos and self._pos >= len(self._buf) // 2:
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += data
 
     def end_of_stream(self) -> None:
         """Declare that no more bytes will come; raises if the stream stopped inside a packet."""
@@ -273,6 +291,8 @@ class PacketDecoder:
         return view
 
     def _next(self) -> DecoderEvent:
+        if self._direct:
+            return self._direct.popleft()
         avail = len(self._buf) - self._pos
         if self._streaming:
             if self._remaining == 0:

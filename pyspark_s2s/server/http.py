@@ -79,6 +79,7 @@ logger = logging.getLogger(__name__)
 
 NO_CACHE = "private, no-cache, no-store, no-transform"
 READ_SIZE = 64 * 1024
+UPLOAD_INLINE_LIMIT = 64 * 1024
 WRITE_BUFFER = 64 * 1024
 DRAIN_LIMIT = 1 << 30
 _NOT_FOUND_TX = "Transaction was not found."
@@ -191,15 +192,24 @@ class ChunkedWriter:
         self._buf = bytearray()
 
     def write(self, data: bytes) -> None:
-        if data:
-            self._buf += data
-            if len(self._buf) >= WRITE_BUFFER:
-                self.flush()
+        if not data:
+            return
+        if not self._buf and len(data) >= WRITE_BUFFER:
+            # a large piece goes out as its own chunk, without copying it into the buffer
+            self._wfile.write(b"%x\r\n" % len(data))
+            self._wfile.write(data)
+            self._wfile.write(b"\r\n")
+            return
+        self._buf += data
+        if len(self._buf) >= WRITE_BUFFER:
+            self.flush()
 
     def flush(self) -> None:
         if self._buf:
-            self._wfile.write(b"%x\r\n" % len(self._buf) + bytes(self._buf) + b"\r\n")
-            self._buf.clear()
+            self._buf[0:0] = b"%x\r\n" % len(self._buf)
+            self._buf += b"\r\n"
+            self._wfile.write(self._buf)
+            self._buf = bytearray()
         self._wfile.flush()
 
     def close(self) -> None:
@@ -699,7 +709,11 @@ class S2SHandler(BaseHTTPRequestHandler):
         cluster.begin_transfer(tx)
         host, cport = self.client_peer()
         fault = self.fault
-        decoder = PacketStreamDecoder(props.compress, strict_frames=True)
+        # content above 64 KiB streams straight into its ContentWriter instead of being
+        # gathered in the decoder's buffer and copied out again
+        decoder = PacketStreamDecoder(
+            props.compress, strict_frames=True, inline_content_limit=UPLOAD_INLINE_LIMIT
+        )
         received: list[FlowFile] = []
         writer: ContentWriter | None = None
         start_attrs: dict[str, str] = {}

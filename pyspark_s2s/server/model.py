@@ -70,17 +70,23 @@ def port_id_for(name: str, kind: str) -> str:
 
 
 class Content:
-    """Immutable FlowFile content: bytes in memory, or an unlinked temporary file.
+    """Immutable FlowFile content: in memory (one ``bytes`` or the pieces it arrived in), or an
+    unlinked temporary file.
 
     Reads use ``os.pread`` so several threads may read the same content at once.
     """
 
     __slots__ = ("_data", "_file", "size")
 
-    def __init__(self, data: bytes | None = None, file: Any = None, size: int = 0) -> None:
+    def __init__(
+        self, data: bytes | tuple[bytes, ...] | None = None, file: Any = None, size: int = 0
+    ) -> None:
         self._data = data
         self._file = file
-        self.size = len(data) if data is not None else size
+        if isinstance(data, tuple):
+            self.size = sum(len(part) for part in data)
+        else:
+            self.size = len(data) if data is not None else size
 
     @classmethod
     def of(cls, data: bytes) -> Content:
@@ -95,9 +101,16 @@ class Content:
         return self._file is not None
 
     def chunks(self, chunk_size: int = 256 * 1024) -> Iterator[bytes]:
-        if self._data is not None:
-            for start in range(0, len(self._data), chunk_size):
-                yield self._data[start : start + chunk_size]
+        data = self._data
+        if isinstance(data, tuple):
+            yield from data  # the pieces as they arrived: no copy
+            return
+        if data is not None:
+            if len(data) <= chunk_size:
+                yield data
+                return
+            for start in range(0, len(data), chunk_size):
+                yield data[start : start + chunk_size]
             return
         fd = self._file.fileno()
         offset = 0
@@ -109,7 +122,7 @@ class Content:
             yield piece
 
     def read_all(self) -> bytes:
-        if self._data is not None:
+        if isinstance(self._data, bytes):
             return self._data
         return b"".join(self.chunks())
 
@@ -122,12 +135,15 @@ class Content:
 
 
 class ContentWriter:
-    """Builds a :class:`Content` piece by piece; switches to a temp file above SPOOL_LIMIT."""
+    """Builds a :class:`Content` piece by piece; switches to a temp file above SPOOL_LIMIT.
 
-    __slots__ = ("_buf", "_dir", "_file", "size")
+    In memory it keeps the pieces as given (no copy).
+    """
+
+    __slots__ = ("_dir", "_file", "_parts", "size")
 
     def __init__(self, directory: str | None = None) -> None:
-        self._buf: bytearray | None = bytearray()
+        self._parts: list[bytes] | None = []
         self._file: Any = None
         self.size = 0
         self._dir = directory
@@ -137,20 +153,21 @@ class ContentWriter:
             return
         self.size += len(data)
         if self._file is None:
-            assert self._buf is not None
-            self._buf += data
-            if len(self._buf) > SPOOL_LIMIT:
+            assert self._parts is not None
+            self._parts.append(data if isinstance(data, bytes) else bytes(data))
+            if self.size > SPOOL_LIMIT:
                 # owned by the Content it becomes (released explicitly), so no context manager
                 self._file = tempfile.TemporaryFile(prefix="s2s-content-", dir=self._dir)  # noqa: SIM115
-                self._file.write(self._buf)
-                self._buf = None
+                self._file.writelines(self._parts)
+                self._parts = None
         else:
             self._file.write(data)
 
     def finish(self) -> Content:
         if self._file is None:
-            assert self._buf is not None
-            return Content(bytes(self._buf))
+            assert self._parts is not None
+            # kept as the pieces it arrived in: no join, no copy (Content.chunks yields them)
+            return Content(self._parts[0] if len(self._parts) == 1 else tuple(self._parts))
         self._file.flush()
         content = Content(file=self._file, size=self.size)
         self._file = None
@@ -160,7 +177,7 @@ class ContentWriter:
         if self._file is not None:
             self._file.close()
             self._file = None
-        self._buf = bytearray()
+        self._parts = []
         self.size = 0
 
 
