@@ -170,3 +170,32 @@ def test_address_mapping_keeps_tls_name_checks(tls_srv):
         with pytest.raises(S2SError, match="TLS") as info:
             c.site_info()
     assert "nifi.example.invalid" in str(info.value)
+
+
+def test_combined_encrypted_pem_keystore_and_pkcs12_truststore(tls_srv, tmp_path):
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    from pathlib import Path
+
+    cert_pem, key_pem = (Path(p).read_bytes() for p in tls_srv.client_cert)
+    key = serialization.load_pem_private_key(key_pem, password=None)
+    enc = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.BestAvailableEncryption(b"pem-pass-1"))
+    combined = tmp_path / "client-all.pem"
+    combined.write_bytes(cert_pem + enc)
+    ca = x509.load_pem_x509_certificate(Path(tls_srv.ca).read_bytes())
+    trust = tmp_path / "trust.p12"
+    trust.write_bytes(pkcs12.serialize_key_and_certificates(
+        b"ca", None, None, [ca], serialization.BestAvailableEncryption(b"trust-pass-1")))
+    with SiteToSiteClient(url=tls_srv.url, portName="in", keystoreFilename=str(combined),
+                          keystorePassword="pem-pass-1", truststoreFilename=str(trust),
+                          truststorePassword="trust-pass-1") as c:
+        assert c.config.keystore_type == "PEM" and c.config.truststore_type == "PKCS12"
+        assert c.send([({}, b"pem+p12")]).flow_files == 1
+    with pytest.raises(ConfigError) as info:
+        SiteToSiteClient(url=tls_srv.url, portName="in", keystoreFilename=str(combined),
+                         keystorePassword="wrong-pem-pass", truststoreFilename=str(trust),
+                         truststorePassword="trust-pass-1").site_info()
+    assert info.value.option == "keystoreFilename" and "wrong-pem-pass" not in str(info.value)
