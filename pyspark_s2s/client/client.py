@@ -228,6 +228,7 @@ class SiteToSiteClient:
             use_compression=self.config.use_compression,
             timeout=self.config.timeout,
             on_close=self._forget,
+            port_name=self.config.port_name,
         )
 
     def _forget(self, tx: Any) -> None:

@@ -195,10 +195,13 @@ class _Transaction:
         use_compression: bool,
         timeout: float,
         on_close: Callable[[_Transaction], None] | None = None,
+        port_name: str | None = None,
     ) -> None:
         self._transport = transport
         self.peer = peer
         self.port_id = port_id
+        #: the port as configured (its name when one was given), for error context
+        self.port_name = port_name or port_id
         self.transaction_url = transaction_url
         self.transaction_id = transaction_url.rstrip("/").rsplit("/", 1)[-1]
         self.ttl_seconds = ttl_seconds
@@ -233,7 +236,7 @@ class _Transaction:
         return self._keepalive.extensions
 
     def _ctx(self) -> dict[str, Any]:
-        return {"peer": self.peer_url, "port": self.port_id, "transaction": self.transaction_id}
+        return {"peer": self.peer_url, "port": self.port_name, "transaction": self.transaction_id}
 
     def _err(self, exc: S2SError) -> S2SError:
         return exc.with_context(**self._ctx())

@@ -184,7 +184,7 @@ def test_expired_before_commit(srv):
         srv.admin.expire(tx.transaction_id)
         with pytest.raises(TransactionNotFoundError) as info:
             tx.complete()
-        assert info.value.transaction == tx.transaction_id and info.value.port == tx.port_id
+        assert info.value.transaction == tx.transaction_id and info.value.port == "in"
     assert srv.admin.queued("out") == 0
 
 
