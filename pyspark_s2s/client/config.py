@@ -330,8 +330,8 @@ OPTIONS: tuple[Option, ...] = (
     _opt("timeout", "timeout", _positive_dur, 30.0, "duration",
          "Connect and read timeout of every HTTP request.", default_doc="30 sec"),
     _opt("idleExpiration", "idle_expiration", _positive_dur, 30.0, "duration",
-         "Sent to the server as the request expiration (`x-nifi-site-to-site-request-expiration`); also how "
-         "long an unused pooled connection is kept.", "idleConnectionExpiration", default_doc="30 sec"),
+         "Sent to the server as the request expiration (`x-nifi-site-to-site-request-expiration`, in ms), "
+         "as NiFi's client does with its idle expiration.", "idleConnectionExpiration", default_doc="30 sec"),
     _opt("penalizationPeriod", "penalization_period", _dur, 3.0, "duration",
          "How long a peer that failed to create a transaction is skipped.", "nodePenalizationPeriod",
          default_doc="3 sec"),
