@@ -599,7 +599,7 @@ def options_markdown() -> str:
         "|---|---|---|---|---|",
     ]
     for opt in OPTIONS:
-        aliases = ", ".join(f"`{a}`" for a in opt.aliases if a != opt.attr) or ""
+        aliases = ", ".join(f"`{a}`" for a in opt.aliases if "_" not in a)
         lines.append(
             f"| `{opt.name}` | {aliases} | {opt.type_doc} | {_default_text(opt)} | {opt.doc} |"
         )
