@@ -67,12 +67,16 @@ def _strings(arr: pa.Array) -> pa.Array:
 
 
 def scan_to_record_batch(data: bytes, scan: PacketScan) -> pa.RecordBatch:
-    """Build the record batch for the packets ``scan`` found in ``data`` (bounds absolute)."""
+    """Build the record batch for the packets the core's ``scan_packets`` found in ``data``.
+
+    Kept for callers of the core scanner (e.g. the benchmark); the reader uses the leaner
+    :func:`scan_ends` + :func:`ends_to_record_batch`.
+    """
     n = scan.count
     buf = pa.py_buffer(data)
     n_attrs = len(scan.attr_bounds) // 4
     if n_attrs:
-        seg = _segments(scan.attr_bounds, buf) if len(scan.attr_bounds) > 1 else None
+        seg = _segments(scan.attr_bounds, buf)
         idx = pc.multiply(pa.arange(0, n_attrs), 4)
         keys = _strings(pc.take(seg, idx))
         values = _strings(pc.take(seg, pc.add(idx, 2)))

@@ -35,7 +35,12 @@ from pyspark_s2s.errors import (
     ProtocolError,
     S2SError,
 )
-from pyspark_s2s.protocol.codes import Direction, Header, ResponseCode, TransactionResult
+from pyspark_s2s.protocol.codes import (
+    Direction,
+    Header,
+    ResponseCode,
+    TransactionResult,
+)
 from pyspark_s2s.protocol.endpoints import transactions_path
 from pyspark_s2s.protocol.negotiation import (
     accept_server_ttl,

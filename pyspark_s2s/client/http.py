@@ -410,10 +410,6 @@ def _short(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
-def _headers(resp: Any) -> dict[str, str]:
-    return {k: v for k, v in resp.headers.items()}
-
-
 def _peer_of(url: str) -> str:
     u = parse_url(url)
     base = f"{u.scheme}://{u.netloc}"
