@@ -1,11 +1,15 @@
 """Receive fast path: a download body straight into Arrow record batches.
 
-Owns: :data:`ARROW_SCHEMA` (``content binary, attributes map<string,string>``), turning a
-buffer of packets indexed by the core's :func:`~pyspark_s2s.protocol.codec.scan_packets` into a
-``pyarrow.RecordBatch`` without per-packet Python objects (one binary array is laid over the
-buffer with the scan's increasing bounds as offsets, and keys, values and contents are
-``take``-n from it in C++), and :class:`BatchReader`, which reads a body in large blocks,
-undoes compression (core ``FrameReader``) and keeps the transaction CRC.
+Owns: :data:`ARROW_SCHEMA` (``content binary, attributes map<string,string>``); the hot header
+scan :func:`scan_ends` (one Python loop that records only where each length-prefixed field of
+each packet ends); :func:`ends_to_record_batch`, which derives every start/end with Arrow
+compute, lays binary arrays over the received buffer and ``take``-s keys, values and contents in
+C++ (no Python object per FlowFile); and :class:`BatchReader`, which reads a body in blocks of
+about one batch, undoes compression (core ``FrameReader``) and keeps the transaction CRC.
+
+This is a second reader of the packet layout of PROTOCOL.md §3 next to the core's decoder,
+tuned for bulk; a property test keeps both in agreement on any input (same packets or both a
+:class:`~pyspark_s2s.errors.ProtocolError`).
 
 Must not import: the server, the Spark layer. ``pyarrow`` is imported here only (lazily by
 the transaction), so the rest of the client works without it.
