@@ -16,6 +16,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+#: the ports every client test server has (``in`` is routed to ``out``; ``in2``/``out2`` stand alone)
+PORT_ARGS = ("--input-port", "in", "--output-port", "out", "--route", "in=out",
+             "--input-port", "in2", "--output-port", "out2")
+
 CLIENT_ATTRS = {"Client attr 1": "Client attr 1 value", "Client attr 2": "Client attr 2 value"}
 # NiFi's tests hashed Java's HashMap order: "Client attr 2" first (PROTOCOL.md §12 extra vectors)
 JAVA_ORDER_ATTRS = {"Client attr 2": "Client attr 2 value", "Client attr 1": "Client attr 1 value"}

@@ -7,8 +7,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from clienthelp import CLIENT_CONTENT, JAVA_ORDER_ATTRS
-from conftest import PORT_ARGS
+from clienthelp import CLIENT_CONTENT, JAVA_ORDER_ATTRS, PORT_ARGS
 from serverproc import ServerProcess
 
 from pyspark_s2s.client import SiteToSiteClient

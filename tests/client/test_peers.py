@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PORT_ARGS
+from clienthelp import PORT_ARGS
 from serverproc import ServerProcess
 
 from pyspark_s2s.client import SiteToSiteClient
