@@ -46,7 +46,7 @@ def test_peer_list_and_weights(cluster):  # items 35-36 at the client level
     by_count = {p.flow_file_count: w for p, w in recv}
     assert by_count == {20: 20.0, 30: 30.0, 50: 50.0}
     assert sorted(w for _, w in send) == [25.0, 35.0, 40.0]
-    assert dict((p.key, w) for p, w in recv) == peer_weights([p for p, _ in recv], Direction.RECEIVE)
+    assert {p.key: w for p, w in recv} == peer_weights([p for p, _ in recv], Direction.RECEIVE)
 
 
 def test_receive_prefers_busy_nodes_and_drains_all(cluster):  # item 37 (loosely: real draws)
@@ -84,7 +84,7 @@ def test_penalized_peer_is_skipped(cluster):  # item 38
             tx = c.create_transaction("send")
             assert tx.peer.key == peers[2].key
             tx.cancel()
-        weights = dict((p.key, w) for p, w in c.peer_statuses("send"))
+        weights = {p.key: w for p, w in c.peer_statuses("send")}
         assert weights[peers[0].key] == 0 and weights[peers[2].key] > 0
 
 

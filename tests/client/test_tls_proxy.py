@@ -173,11 +173,11 @@ def test_address_mapping_keeps_tls_name_checks(tls_srv):
 
 
 def test_combined_encrypted_pem_keystore_and_pkcs12_truststore(tls_srv, tmp_path):
+    from pathlib import Path
+
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.serialization import pkcs12
-
-    from pathlib import Path
 
     cert_pem, key_pem = (Path(p).read_bytes() for p in tls_srv.client_cert)
     key = serialization.load_pem_private_key(key_pem, password=None)

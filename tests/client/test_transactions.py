@@ -268,7 +268,7 @@ def test_context_manager_cancels_on_error(srv):
 def test_batch_count_hint(srv):
     srv.admin.enqueue("out", count=10, size=3)
     with client(srv, port="out", batchCount=4) as c:
-        packets, done = receive_all(c)
+        _, done = receive_all(c)
     assert done.flow_files == 4 and srv.admin.queued("out") == 6
 
 
@@ -293,7 +293,7 @@ def test_one_client_shared_by_threads(srv):
             try:
                 for i in range(10):
                     c.send([({"k": str(k), "i": str(i)}, b"t")])
-            except BaseException as exc:  # reported below
+            except BaseException as exc:  # noqa: BLE001 (reported by the assert below)
                 errors.append(exc)
 
         threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
