@@ -151,17 +151,42 @@ class SiteToSiteClient:
         return self._parts()[2].refresh()
 
     # -- transactions ------------------------------------------------------------------------
-    def create_transaction(self, direction: Direction | str) -> SendTransaction | ReceiveTransaction:
+    def _explicit_peer(self, peer: PeerStatus | str, peers: PeerManager) -> PeerStatus:
+        if isinstance(peer, PeerStatus):
+            return peer
+        host, sep, port_text = peer.rpartition(":")
+        if not sep or not port_text.isdigit():
+            raise ConfigError(f"peer must be 'host:port' or a PeerStatus; got {peer!r}", option="peer")
+        host = host.strip("[]")
+        for known in peers.peers:
+            if known.key == (host, int(port_text)):
+                return known
+        return PeerStatus(host, int(port_text), self.config.secure, 0, True)
+
+    def create_transaction(self, direction: Direction | str, *, peer: PeerStatus | str | None = None
+                           ) -> SendTransaction | ReceiveTransaction:
         """Open a transaction with a peer chosen by NiFi's weights (§8, §9).
 
         A failed creation penalizes that peer; an unknown port, a port that is not running, or
         a 403 raise at once; other failures (unreachable, 401, destination full, 5xx) try the
         next peer. When none is left, :class:`NoPeerAvailableError` lists every attempt. A
         receive transaction starts its download here (as NiFi does): a 200 means no data.
+
+        ``peer`` (a :class:`PeerStatus` or ``"host:port"``) skips the choice: the transaction is
+        created on that peer or the error is raised (beyond NiFi; for planned partitions).
         """
         direction = Direction.parse(direction)
         transport, _, peers = self._parts()
         port_id = self.port_identifier(direction)
+        if peer is not None:
+            # a chosen peer (e.g. a Spark partition planned for it): no selection, no fallback
+            chosen = self._explicit_peer(peer, peers)
+            try:
+                tx = self._initiate(transport, chosen, direction, port_id)
+            except S2SError as exc:
+                peers.penalize(chosen)
+                raise exc.with_context(peer=chosen.api_url, port=self.config.port) from None
+            return self._opened(tx)
         attempts: list[str] = []
         tried: set[tuple[str, int]] = set()
         while True:
@@ -190,11 +215,14 @@ class SiteToSiteClient:
                 attempts.append(f"{peer.hostname}:{peer.port}: {exc.message}")
                 tried.add(peer.key)
                 continue
-            with self._lock:
-                self._open.add(tx)
-            if isinstance(tx, ReceiveTransaction):
-                tx._open_download()
-            return tx
+            return self._opened(tx)
+
+    def _opened(self, tx: SendTransaction | ReceiveTransaction) -> SendTransaction | ReceiveTransaction:
+        with self._lock:
+            self._open.add(tx)
+        if isinstance(tx, ReceiveTransaction):
+            tx._open_download()
+        return tx
 
     def _initiate(self, transport: HttpTransport, peer: PeerStatus, direction: Direction, port_id: str
                   ) -> SendTransaction | ReceiveTransaction:

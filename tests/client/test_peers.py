@@ -186,3 +186,20 @@ def test_expired_persistence_file_is_used_until_refresh(cluster, tmp_path: Path)
         ports = {p.port for p, _ in c.peer_statuses("send")}  # expired: refreshed first
     assert ports == {_port(u) for u in cluster.urls}
     assert "gone.invalid" not in pfile.read_text()
+
+
+def test_transaction_on_a_chosen_peer(cluster):
+    for k in range(3):
+        cluster.admin.enqueue("out", [({"node": str(k)}, b"x")], node=k)
+    with SiteToSiteClient(url=cluster.url, portName="out") as c:
+        for k, url in enumerate(cluster.urls):
+            tx = c.create_transaction("receive", peer=f"127.0.0.1:{_port(url)}")
+            assert tx.peer.port == _port(url)
+            assert [p.attributes["node"] for p in tx] == [str(k)]
+            tx.confirm()
+            tx.complete()
+    with SiteToSiteClient(url=cluster.url, portName="in") as c:
+        statuses = c.peer_statuses("send")
+        tx = c.create_transaction("send", peer=statuses[0][0])
+        assert tx.peer == statuses[0][0]
+        tx.cancel()
