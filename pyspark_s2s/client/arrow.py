@@ -98,13 +98,14 @@ _I32 = struct.Struct(">i").unpack_from
 _I64 = struct.Struct(">q").unpack_from
 
 
-def scan_ends(buf: bytes, max_packets: int, max_attributes: int = MAX_ATTRIBUTES) -> tuple[int, array, array]:
+def scan_ends(buf: bytes | bytearray, max_packets: int, max_attributes: int = MAX_ATTRIBUTES,
+              start: int = 0) -> tuple[int, array, array]:
     """The hot loop: index up to ``max_packets`` complete packets at the start of ``buf``.
 
     Records only where each length-prefixed field *ends* (plus the offset after each packet's
     attribute count) in one ``array('q')``, and each packet's attribute count; everything else
-    is derived with Arrow compute in :func:`ends_to_record_batch`. Returns (bytes consumed,
-    ends, counts). Negative lengths are detected there, in bulk; here only what could loop or
+    is derived with Arrow compute in :func:`ends_to_record_batch`. Scanning starts at ``start``;
+    offsets are absolute. Returns (offset after the last complete packet, ends, counts). Negative lengths are detected there, in bulk; here only what could loop or
     blow up is checked (attribute count range, negative content length, no progress).
     """
     ends = array("q")
@@ -115,7 +116,7 @@ def scan_ends(buf: bytes, max_packets: int, max_attributes: int = MAX_ATTRIBUTES
     u64 = _I64
     size = len(buf)
     stop = size - 12  # a packet takes at least 12 bytes
-    p = 0
+    p = start
     for _ in range(max_packets):
         if p > stop:
             break
@@ -209,10 +210,12 @@ def packets_to_record_batch(packets: list[tuple[dict[str, str], bytes]]) -> pa.R
 
 
 class BatchReader:
-    """Reads a packet stream in large blocks and hands out record batches.
+    """Reads a packet stream and hands out record batches.
 
-    ``read`` returns the next raw body bytes (b'' at the end). The CRC covers the plain codec
-    bytes of every packet handed out, as NiFi's receiver computes it.
+    ``read`` returns the next raw body bytes (b'' at the end). Headers are scanned as the bytes
+    arrive (so decoding overlaps the server's streaming); a batch is built once ``max_rows``
+    packets or ``max_bytes`` of packet bytes are complete, or at the end of the body. The CRC
+    covers the plain codec bytes of every packet handed out, as NiFi's receiver computes it.
     """
 
     def __init__(self, read: Callable[[], bytes], *, compressed: bool = False,
@@ -223,29 +226,29 @@ class BatchReader:
         self._eof = False
         self._crc = 0
         self._max_attributes = max_attributes
+        self._scanned = 0  # bytes of _buf holding complete, already scanned packets
+        self._ends = array("q")
+        self._counts = array("q")
         self.last_content_bytes = 0
         self.packets = 0
-        self._avg_packet = 0.0
 
     @property
     def checksum(self) -> int:
         return self._crc
 
-    def _fill(self, target: int) -> None:
-        """Read until ``target`` buffered bytes or the end of the body."""
-        while len(self._buf) < target and not self._eof:
-            raw = self._read()
-            if not raw:
-                self._eof = True
-                if self._frames is not None:
-                    self._frames.end_of_stream()
-                    self._pump()
-                return
-            if self._frames is None:
-                self._buf += raw
-            else:
-                self._frames.feed(raw)
+    def _read_more(self) -> None:
+        raw = self._read()
+        if not raw:
+            self._eof = True
+            if self._frames is not None:
+                self._frames.end_of_stream()
                 self._pump()
+            return
+        if self._frames is None:
+            self._buf += raw
+        else:
+            self._frames.feed(raw)
+            self._pump()
 
     def _pump(self) -> None:
         assert self._frames is not None
@@ -259,28 +262,33 @@ class BatchReader:
     def next_batch(self, max_rows: int, max_bytes: int) -> pa.RecordBatch | None:
         if max_rows <= 0:
             raise ValueError("max_rows must be positive")
-        # read about one batch worth (known after the first batch), never more than max_bytes
-        guess = int(self._avg_packet * max_rows * 1.05) + 4096 if self._avg_packet else 1 << 20
-        target = max(64 << 10, min(max_bytes, guess, 256 << 20))
         while True:
-            self._fill(target)
-            data = bytes(self._buf)
-            consumed, ends, counts = scan_ends(data, max_rows, self._max_attributes)
-            if not counts:
-                if self._eof:
-                    if data:
-                        raise ProtocolError(
-                            f"stream ended inside packet {self.packets + 1} ({len(data)} bytes of it received)"
-                        )
-                    return None
-                target = max(target * 2, len(self._buf) + (64 << 10))
-                continue
-            break
-        batch = ends_to_record_batch(data, ends, counts)
-        self._crc = zlib.crc32(memoryview(data)[:consumed], self._crc)
+            rows = len(self._counts)
+            if rows < max_rows and self._scanned < len(self._buf):
+                p, ends, counts = scan_ends(self._buf, max_rows - rows, self._max_attributes, self._scanned)
+                if counts:
+                    self._ends.extend(ends)
+                    self._counts.extend(counts)
+                    self._scanned = p
+            if len(self._counts) >= max_rows or self._scanned >= max_bytes or self._eof:
+                break
+            self._read_more()
+        if not self._counts:
+            if self._buf:
+                raise ProtocolError(
+                    f"stream ended inside packet {self.packets + 1} ({len(self._buf)} bytes of it received)"
+                )
+            return None
+        consumed = self._scanned
+        with memoryview(self._buf) as view:
+            data = bytes(view[:consumed])  # one copy, immutable for Arrow
+        ends, counts = self._ends, self._counts
+        self._ends, self._counts = array("q"), array("q")
         del self._buf[:consumed]
+        self._scanned = 0
+        batch = ends_to_record_batch(data, ends, counts)
+        self._crc = zlib.crc32(data, self._crc)
         contents = batch.column(0)
         self.last_content_bytes = pc.sum(pc.binary_length(contents)).as_py() or 0
         self.packets += len(counts)
-        self._avg_packet = consumed / len(counts)
         return batch
