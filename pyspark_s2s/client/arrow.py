@@ -54,6 +54,8 @@ ARROW_SCHEMA = pa.schema(
 )
 
 _MAX_CONTENT = (1 << 63) - 1
+#: headers are scanned once this many new bytes arrived (fewer, larger scans; still pipelined)
+_SCAN_BLOCK = 512 << 10
 
 
 def _segments(bounds: list[int], data: pa.Buffer) -> pa.Array:
@@ -264,7 +266,8 @@ class BatchReader:
             raise ValueError("max_rows must be positive")
         while True:
             rows = len(self._counts)
-            if rows < max_rows and self._scanned < len(self._buf):
+            unscanned = len(self._buf) - self._scanned
+            if rows < max_rows and unscanned and (unscanned >= _SCAN_BLOCK or self._eof):
                 p, ends, counts = scan_ends(self._buf, max_rows - rows, self._max_attributes, self._scanned)
                 if counts:
                     self._ends.extend(ends)
