@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import pyspark_s2s.client.arrow as arrow_mod
 from pyspark_s2s.client import SiteToSiteClient
 from pyspark_s2s.client.arrow import ARROW_SCHEMA, BatchReader
 from pyspark_s2s.errors import ProtocolError, TransactionStateError
@@ -47,12 +48,17 @@ def drain(reader: BatchReader, max_rows: int = 7) -> list[pa.RecordBatch]:
     raise AssertionError("reader did not end")
 
 
-@given(packets_st, st.integers(min_value=1, max_value=97), st.booleans())
-def test_batches_equal_the_decoder(packets, step, compressed):
+@given(packets_st, st.integers(min_value=1, max_value=97), st.booleans(), st.sampled_from([1, 50, 512 << 10]))
+def test_batches_equal_the_decoder(packets, step, compressed, scan_block):
     enc = PacketStreamEncoder(compress=compressed)
     wire = b"".join(enc.packet(a, c) for a, c in packets)
     reader = reader_over(wire, step, compressed)
-    got = rows(drain(reader))
+    saved = arrow_mod._SCAN_BLOCK
+    arrow_mod._SCAN_BLOCK = scan_block  # scan after every read, every 50 bytes, or at the end
+    try:
+        got = rows(drain(reader))
+    finally:
+        arrow_mod._SCAN_BLOCK = saved
     plain = b"".join(encode_packet(a, c) for a, c in packets)
     assert got == [(p.attributes, p.content) for p in decode_packets(plain)]
     assert reader.checksum == enc.checksum == zlib.crc32(plain)
