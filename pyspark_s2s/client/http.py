@@ -385,6 +385,10 @@ class HttpTransport:
         if isinstance(exc, MaxRetryError) and exc.reason is not None:
             reason = exc.reason
         peer = _peer_of(url)
+        # urllib3 2.x makes NewConnectionError a subclass of ConnectTimeoutError: a refused
+        # connection must be told apart from a real time-out before the time-out branch
+        if isinstance(reason, NewConnectionError) and not _is_timeout(reason):
+            return TransportError(f"Cannot connect to {peer} for {method} {url}: {_short(reason)}", peer=peer)
         if isinstance(reason, (ReadTimeoutError, ConnectTimeoutError, socket.timeout, TimeoutError)):
             what = "connecting to" if isinstance(reason, ConnectTimeoutError) else "waiting for"
             return S2STimeoutError(
@@ -397,9 +401,19 @@ class HttpTransport:
             status = 407 if "407" in text else None
             return TransportError(f"Proxy failure on {method} {url}: {text}", peer=peer, http_status=status,
                                   retriable=status != 407)
-        if isinstance(reason, NewConnectionError):
-            return TransportError(f"Cannot connect to {peer} for {method} {url}: {_short(reason)}", peer=peer)
         return TransportError(f"{method} {url} failed: {_short(reason)}", peer=peer)
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    """Whether a connection error was caused by a time-out (not refused, unreachable, ...)."""
+    cause: BaseException | None = exc
+    for _ in range(5):
+        if cause is None:
+            return False
+        if isinstance(cause, (socket.timeout, TimeoutError)) or "timed out" in str(cause).lower():
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def _short(exc: BaseException) -> str:

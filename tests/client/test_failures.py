@@ -202,3 +202,18 @@ def test_abandoned_transaction_stops_its_keepalive(short):
         while any(t.name == name for t in threading.enumerate()) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not any(t.name == name for t in threading.enumerate())
+
+
+def test_refused_connection_is_not_reported_as_a_timeout():
+    # urllib3 2.x derives NewConnectionError from ConnectTimeoutError; a refused connection
+    # must still say "refused" and not claim that the timeout ran out.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again below: nothing listens there
+    with SiteToSiteClient(url=f"http://127.0.0.1:{port}/nifi", portName="in", timeout="20 sec") as c:
+        with pytest.raises(TransportError) as info:
+            c.create_transaction("send")
+    assert not isinstance(info.value, S2STimeoutError)
+    assert "refused" in str(info.value).lower() and f"127.0.0.1:{port}" in str(info.value)
