@@ -18,6 +18,7 @@ import pytest
 
 from pyspark_s2s.client import SiteToSiteClient
 from pyspark_s2s.errors import UnknownPortError
+from pyspark_s2s.protocol.codes import Direction
 
 NIFI_URL = os.environ.get("NIFI_URL", "").strip()
 
@@ -62,7 +63,7 @@ def test_site_info_and_peers():
     with make_client("from-spark") as c:
         info = c.site_info()
         assert info.http_port is not None and info.secure == NIFI_URL.startswith("https")
-        assert info.port_id("from-spark", __import__("pyspark_s2s.protocol.codes", fromlist=["x"]).Direction.SEND)
+        assert info.port_id("from-spark", Direction.SEND)
         peers = c.peer_statuses("send")
         assert peers and all(0 <= w <= 100 for _, w in peers)
 
