@@ -127,6 +127,8 @@ def violations(current: str, imported: list[Import]) -> list[str]:
                 top in STDLIB
                 or _within(imp.module, f"{PACKAGE}.protocol")
                 or imp.module == f"{PACKAGE}.errors"
+                # the one optional accelerator: the same CRC-32, faster (protocol/_crc.py)
+                or (current == f"{PACKAGE}.protocol._crc" and imp.module == "zlib_ng.zlib_ng")
             ):
                 out.append(f"{where}: protocol/ may import only the stdlib, errors and protocol")
         elif current == f"{PACKAGE}.errors" and top not in STDLIB:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import struct
-import zlib
 from array import array
 from collections.abc import Callable
 
@@ -31,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pyspark_s2s.errors import ProtocolError
+from pyspark_s2s.protocol._crc import crc32
 from pyspark_s2s.protocol.codec import MAX_ATTRIBUTES, PacketScan
 from pyspark_s2s.protocol.compression import FrameReader
 
@@ -290,7 +290,7 @@ class BatchReader:
         del self._buf[:consumed]
         self._scanned = 0
         batch = ends_to_record_batch(data, ends, counts)
-        self._crc = zlib.crc32(data, self._crc)
+        self._crc = crc32(data, self._crc)
         contents = batch.column(0)
         self.last_content_bytes = pc.sum(pc.binary_length(contents)).as_py() or 0
         self.packets += len(counts)

@@ -16,13 +16,13 @@ No I/O: bytes in, events out (h11 style).
 from __future__ import annotations
 
 import struct
-import zlib
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
 from pyspark_s2s.errors import ProtocolError
+from pyspark_s2s.protocol._crc import crc32
 
 __all__ = [
     "DEFAULT_INLINE_CONTENT_LIMIT",
@@ -69,7 +69,8 @@ class DataPacket:
 
 
 class Checksum:
-    """The running transaction CRC: ``java.util.zip.CRC32`` (the same function as ``zlib.crc32``).
+    """The running transaction CRC: ``java.util.zip.CRC32`` (the same function as ``zlib.crc32``;
+    computed by zlib-ng where installed, see ``_crc``).
 
     ``value`` is the unsigned 32-bit value NiFi renders in decimal (PROTOCOL.md §4).
     """
@@ -80,7 +81,7 @@ class Checksum:
         self._crc = initial & 0xFFFFFFFF
 
     def update(self, data: bytes | bytearray | memoryview) -> None:
-        self._crc = zlib.crc32(data, self._crc)
+        self._crc = crc32(data, self._crc)
 
     @property
     def value(self) -> int:
@@ -240,7 +241,7 @@ class PacketDecoder:
                 chunk = data
             else:
                 chunk = bytes(data[:n])
-            self._crc = zlib.crc32(chunk, self._crc)
+            self._crc = crc32(chunk, self._crc)
             self._consumed += n
             self._remaining -= n
             self._direct.append(ContentChunk(chunk))
@@ -285,7 +286,7 @@ class PacketDecoder:
 
     def _consume(self, n: int) -> memoryview:
         view = memoryview(self._buf)[self._pos : self._pos + n]
-        self._crc = zlib.crc32(view, self._crc)
+        self._crc = crc32(view, self._crc)
         self._pos += n
         self._consumed += n
         return view
@@ -373,13 +374,13 @@ class PacketDecoder:
             total = p + content_length
             if content_length <= self._inline_limit and total <= end:
                 # the common case: a whole small packet is buffered; one CRC call, one copy
-                self._crc = zlib.crc32(view[start:total], self._crc)
+                self._crc = crc32(view[start:total], self._crc)
                 content = bytes(view[p:total])
                 self._pos = total
                 self._consumed += total - start
                 self._packets += 1
                 return DataPacket(attributes, content)
-            self._crc = zlib.crc32(view[start:p], self._crc)
+            self._crc = crc32(view[start:p], self._crc)
         self._pos = p
         self._consumed += p - start
         if content_length <= self._inline_limit:

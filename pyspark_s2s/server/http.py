@@ -185,24 +185,41 @@ class RequestBody:
 
 
 class ChunkedWriter:
-    """Writes a chunked response body, coalescing small writes into ~64 KiB chunks."""
+    """Writes a chunked response body: small writes are coalesced into ~64 KiB chunks; a large
+    piece becomes a chunk of its own, framed without copying it where the socket allows
+    (``sendmsg`` gathers size line, data and CRLF into one call, so TCP_NODELAY never sends
+    the framing as separate tiny segments)."""
 
-    def __init__(self, wfile: Any) -> None:
+    def __init__(self, wfile: Any, sock: Any = None) -> None:
         self._wfile = wfile
         self._buf = bytearray()
+        # plain TCP sockets only: SSL sockets have no sendmsg
+        self._sock = sock if sock is not None and type(sock) is socket.socket else None
 
     def write(self, data: bytes) -> None:
         if not data:
             return
         if not self._buf and len(data) >= WRITE_BUFFER:
-            # a large piece goes out as its own chunk, without copying it into the buffer
-            self._wfile.write(b"%x\r\n" % len(data))
-            self._wfile.write(data)
-            self._wfile.write(b"\r\n")
+            head = b"%x\r\n" % len(data)
+            if self._sock is not None:
+                self._sendmsg([head, data, b"\r\n"])
+            else:
+                self._wfile.write(head + data + b"\r\n")
             return
         self._buf += data
         if len(self._buf) >= WRITE_BUFFER:
             self.flush()
+
+    def _sendmsg(self, parts: list[bytes]) -> None:
+        assert self._sock is not None
+        views = [memoryview(p) for p in parts]
+        while views:
+            sent = self._sock.sendmsg(views)
+            while views and sent >= len(views[0]):
+                sent -= len(views[0])
+                views.pop(0)
+            if views and sent:
+                views[0] = views[0][sent:]
 
     def flush(self) -> None:
         if self._buf:
@@ -829,7 +846,7 @@ class S2SHandler(BaseHTTPRequestHandler):
             headers["Transfer-Encoding"] = "chunked"
             self._start(202, "application/octet-stream", headers)
             self.end_headers()
-            out = ChunkedWriter(self.wfile)
+            out = ChunkedWriter(self.wfile, self.connection)
             ff: FlowFile | None = first
             while ff is not None:
                 out.write(encoder.begin(ff.attributes, ff.size))

@@ -132,3 +132,22 @@ def test_checksum_is_unsigned_java_crc32() -> None:
     c = Checksum()
     c.update(b"contents on server 1")
     assert c.value == zlib.crc32(b"contents on server 1") and c.value >= 0
+
+
+def test_accelerated_crc_is_java_crc32() -> None:
+    # protocol/_crc.py may pick zlib-ng's SIMD crc32; it must be the very same function as
+    # java.util.zip.CRC32 / zlib.crc32, whole and running, on any split and alignment
+    import random
+
+    from pyspark_s2s.protocol._crc import IMPLEMENTATION, crc32
+
+    assert IMPLEMENTATION in ("zlib-ng", "zlib")
+    rng = random.Random(7)
+    for size in (0, 1, 15, 16, 63, 64, 1000, 65536 + 3, 1 << 20):
+        data = rng.randbytes(size)
+        assert crc32(data) == zlib.crc32(data)
+        running = 0
+        for i in range(0, size, 4097):
+            running = crc32(memoryview(data)[i : i + 4097], running)
+        assert running == zlib.crc32(data)
+    assert crc32(bytes.fromhex(SERVER_1_HEX)) == 3680976076
