@@ -6,10 +6,12 @@ Run: ``.venv/bin/python -m bench.client [--small N] [--large N] [--large-mib M] 
 * the reference server (``python -m pyspark_s2s.server``) in a subprocess, with an input port
   ``bench-in`` routed to an output port ``bench-out``, so the client and the server do not
   share a GIL;
-* a plain HTTP server (``python -m bench.plain_server``) in another subprocess, built on the
-  same stdlib HTTP stack and the reference server's own body reader / chunk writer, as the
-  baseline: an upload (chunked POST) and a download (chunked GET) of exactly the bytes the
-  Site-to-Site transfer put on the wire.
+* the plain HTTP baseline on the same server: its admin API's ``POST /s2s-admin/bench/upload``
+  keeps a request body in the pieces it was read in, ``GET /s2s-admin/bench/download`` streams
+  them back through the same chunk writer as a FlowFile download. The plain upload carries the
+  very bytes the Site-to-Site send put on the wire (prepared beforehand, in 64 KiB-or-larger
+  pieces), the plain download a body of the size the Site-to-Site receive got; neither computes
+  a CRC or decodes packets. So the ratio is what the protocol costs on the same HTTP code.
 
 Measured, each as FlowFiles/s and MiB/s of packet bytes (the uncompressed codec stream):
 
@@ -37,7 +39,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -129,46 +131,40 @@ def start_s2s_server() -> Proc:
     )
 
 
-def start_plain_server() -> Proc:
-    return Proc(["-m", "bench.plain_server", "--port", "0"], re.compile(r"^plain: listening on (\S+)$"))
-
-
 # -- plain HTTP baseline -------------------------------------------------------------------------
 
 
 class Plain:
-    """Upload/download N bytes over plain HTTP with urllib3 (the client's HTTP library)."""
+    """Plain HTTP upload/download against the reference server's own bench endpoints, with
+    urllib3 (the client's HTTP library)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, node_url: str) -> None:
         import urllib3
 
-        self.url = url
+        base = node_url.rstrip("/")
+        # the admin API lives at the server root, next to /nifi and /nifi-api
+        root = base.removesuffix("/nifi")
+        self.upload_url = root + "/s2s-admin/bench/upload"
+        self.download_url = root + "/s2s-admin/bench/download"
         self.pool = urllib3.PoolManager(num_pools=2, maxsize=2, retries=False)
-        self.block = bytes(range(256)) * (CHUNK // 256)
 
-    def upload(self, n: int, keep: bool = False) -> float:
-        block = self.block
-
-        def body() -> Iterator[bytes]:
-            left = n
-            while left > 0:
-                piece = block if left >= len(block) else block[:left]
-                left -= len(piece)
-                yield piece
-
+    def upload(self, pieces: list[bytes]) -> float:
+        """Send ``pieces`` as one chunked POST; the server keeps them. Seconds taken."""
         t0 = time.perf_counter()
         resp = self.pool.urlopen(
-            "POST", self.url + "/upload" + ("?keep=1" if keep else ""), body=body(), chunked=True,
+            "POST", self.upload_url, body=iter(pieces), chunked=True,
             headers={"Content-Type": "application/octet-stream"}, preload_content=True,
         )
         secs = time.perf_counter() - t0
-        if resp.status != 200 or int(resp.data) != n:
+        expected = sum(len(p) for p in pieces)
+        if resp.status != 200 or int(resp.data) != expected:
             raise RuntimeError(f"plain upload failed: {resp.status} {resp.data[:200]!r}")
         return secs
 
-    def download(self, n: int) -> float:
+    def download(self) -> tuple[float, int]:
+        """GET back what the last upload left on the server: (seconds, bytes)."""
         t0 = time.perf_counter()
-        resp = self.pool.urlopen("GET", f"{self.url}/download?n={n}", preload_content=False)
+        resp = self.pool.urlopen("GET", self.download_url, preload_content=False)
         got = 0
         while True:
             data = resp.read(CHUNK)
@@ -177,12 +173,50 @@ class Plain:
             got += len(data)
         resp.release_conn()
         secs = time.perf_counter() - t0
-        if resp.status != 200 or got != n:
-            raise RuntimeError(f"plain download failed: {resp.status}, {got} of {n} bytes")
-        return secs
+        if resp.status != 200:
+            raise RuntimeError(f"plain download failed: {resp.status}")
+        return secs, got
+
+    def clear(self) -> None:
+        self.upload([])
 
     def close(self) -> None:
         self.pool.clear()
+
+
+def wire_pieces(n: int, attrs: dict[str, str], content: bytes, size: int | None = None) -> list[bytes]:
+    """The packet bytes of ``n`` FlowFiles, ready to send plainly: small packets joined into
+    pieces of at least 256 KiB (as the client coalesces them), large content kept as it is.
+    With ``size``, pieces are added or cut until the total is exactly ``size`` bytes."""
+    from pyspark_s2s.protocol.codec import encode_packet_header
+
+    header = encode_packet_header(attrs, len(content))
+    pieces: list[bytes] = []
+    pending = bytearray()
+    for _ in range(n):
+        if len(content) >= CHUNK:
+            pending += header
+            pieces.append(bytes(pending))
+            pending.clear()
+            pieces.append(content)
+        else:
+            pending += header + content
+            if len(pending) >= 256 << 10:
+                pieces.append(bytes(pending))
+                pending.clear()
+    if pending:
+        pieces.append(bytes(pending))
+    if size is not None:
+        total = sum(len(p) for p in pieces)
+        if total < size:
+            pieces.append(bytes(size - total))
+        while total > size:
+            last = pieces.pop()
+            total -= len(last)
+            if total < size:
+                pieces.append(last[: size - total])
+                total = size
+    return pieces
 
 
 # -- results -----------------------------------------------------------------------------------
@@ -197,7 +231,7 @@ class Row:
     plain_secs: float | None = None
     target: float | None = None
     note: str = ""
-    kept_secs: float | None = None  #: plain upload into a server that keeps the bytes in memory
+    plain_bytes: int | None = None  #: bytes the plain transfer moved (defaults to wire_bytes)
 
     @property
     def ff_per_s(self) -> float:
@@ -211,19 +245,15 @@ class Row:
     def plain_mib_per_s(self) -> float | None:
         if self.plain_secs is None:
             return None
-        return self.wire_bytes / MIB / self.plain_secs
+        moved = self.plain_bytes if self.plain_bytes is not None else self.wire_bytes
+        return moved / MIB / self.plain_secs
 
     @property
     def ratio(self) -> float | None:
-        if self.plain_secs is None:
+        plain = self.plain_mib_per_s
+        if plain is None:
             return None
-        return self.plain_secs / self.secs
-
-    @property
-    def kept_ratio(self) -> float | None:
-        if self.kept_secs is None:
-            return None
-        return self.kept_secs / self.secs
+        return self.mib_per_s / plain
 
 
 def best(fn: Callable[[], float], repeat: int) -> float:
@@ -231,8 +261,7 @@ def best(fn: Callable[[], float], repeat: int) -> float:
 
 
 def format_table(rows: list[Row]) -> str:
-    head = ("measurement", "FlowFiles", "MiB", "FlowFiles/s", "MiB/s", "plain MiB/s", "ratio", "target",
-            "ratio (plain keeps)", "")
+    head = ("measurement", "FlowFiles", "MiB", "FlowFiles/s", "MiB/s", "plain MiB/s", "ratio", "target", "")
     lines = [head]
     for r in rows:
         ratio = r.ratio
@@ -254,7 +283,6 @@ def format_table(rows: list[Row]) -> str:
             "" if pm is None else f"{pm:.1f}",
             "" if ratio is None else f"{ratio:.2f}",
             target,
-            "" if r.kept_ratio is None else f"{r.kept_ratio:.2f}",
             (verdict + (" " + r.note if r.note else "")).strip(),
         ))
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
@@ -418,27 +446,30 @@ def arrow_decode(n: int, repeat: int) -> tuple[Row, Row]:
 
 def bench_transfer(name: str, s2s: S2S, plain: Plain, n: int, attrs: dict[str, str], content: bytes,
                    repeat: int) -> list[Row]:
-    """Site-to-Site send and receive of ``n`` FlowFiles and the plain transfers of the same
-    bytes, interleaved run by run (so a change in machine load hits both), best of ``repeat``."""
+    """Site-to-Site send and receive of ``n`` FlowFiles and plain transfers of the same bytes on
+    the same server, interleaved run by run (so a change in machine load hits both), best of
+    ``repeat``."""
     send_bytes = packet_bytes(n, attrs, content)
+    up_pieces = wire_pieces(n, attrs, content)
     send_secs: list[float] = []
     recv_secs: list[float] = []
     up: list[float] = []
-    kept: list[float] = []
-    down: list[float] = []
+    down: list[tuple[float, int]] = []
     recv_wire = 0
     for _ in range(max(1, repeat)):
         send_secs.append(s2s.send(n, attrs, content))
-        up.append(plain.upload(send_bytes))
-        kept.append(plain.upload(send_bytes, keep=True))
-        plain.upload(0, keep=True)  # release the kept bytes
+        up.append(plain.upload(up_pieces))
+        plain.clear()
         secs, recv_wire = s2s.receive(n)
         recv_secs.append(secs)
-        down.append(plain.download(recv_wire))
+        plain.upload(wire_pieces(n, attrs, content, size=recv_wire))  # untimed: what to download
+        down.append(plain.download())
+        plain.clear()
+    down_secs, down_bytes = min(down)
     return [
-        Row(f"{name} send", n, send_bytes, min(send_secs), min(up), TARGETS.get(f"{name} send"),
-            kept_secs=min(kept)),
-        Row(f"{name} receive", n, recv_wire, min(recv_secs), min(down), TARGETS.get(f"{name} receive")),
+        Row(f"{name} send", n, send_bytes, min(send_secs), min(up), TARGETS.get(f"{name} send")),
+        Row(f"{name} receive", n, recv_wire, min(recv_secs), down_secs, TARGETS.get(f"{name} receive"),
+            plain_bytes=down_bytes),
     ]
 
 
@@ -459,17 +490,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bench.client: {_dt.datetime.now(_dt.UTC):%Y-%m-%d %H:%M} UTC; {machine()}", flush=True)
     rows: list[Row] = []
     with contextlib.ExitStack() as stack:
-        plain_proc = stack.enter_context(start_plain_server())
-        plain = Plain(plain_proc.url)
-        stack.callback(plain.close)
         if "plain" in groups:
-            n = 256 * MIB
-            rows.append(Row("plain upload", 0, n, best(lambda: plain.upload(n), args.repeat)))
-            rows.append(Row("plain download", 0, n, best(lambda: plain.download(n), args.repeat)))
+            with start_s2s_server() as server:
+                plain = Plain(server.url)
+                pieces = [bytes(range(256)) * (CHUNK // 256) for _ in range(256 * MIB // CHUNK)]
+                n = 256 * MIB
+                rows.append(Row("plain upload", 0, n, best(lambda: plain.upload(pieces), args.repeat)))
+                rows.append(Row("plain download", 0, n, best(lambda: plain.download()[0], args.repeat)))
+                plain.close()
         # each group gets a fresh server and client, so one does not inherit the other's heap
         if "small" in groups:
             with start_s2s_server() as server:
                 s2s = S2S(server.url)
+                plain = Plain(server.url)
+                stack.callback(plain.close)
                 try:
                     rows += bench_transfer("small", s2s, plain, args.small, SMALL_ATTRS, SMALL_CONTENT,
                                            args.repeat)
@@ -483,6 +517,8 @@ def main(argv: list[str] | None = None) -> int:
         if "large" in groups:
             with start_s2s_server() as server:
                 s2s = S2S(server.url)
+                plain = Plain(server.url)
+                stack.callback(plain.close)
                 try:
                     big = (bytes(range(256)) * 4096) * args.large_mib
                     rows += bench_transfer("large", s2s, plain, args.large, {"filename": "large.bin"}, big,

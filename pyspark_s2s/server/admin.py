@@ -205,6 +205,9 @@ _TX_ROUTE = re.compile(r"^/s2s-admin/transactions/(?P<id>[^/]+)/expire$")
 
 
 def handle(h: S2SHandler, method: str, path: str, query: dict[str, list[str]]) -> None:
+    if path.rstrip("/") in ("/s2s-admin/bench/upload", "/s2s-admin/bench/download"):
+        _bench(h, method, path.rstrip("/"))
+        return
     try:
         status, body = _route(h, method, path.rstrip("/"), query)
     except AdminError as exc:
@@ -212,6 +215,41 @@ def handle(h: S2SHandler, method: str, path: str, query: dict[str, list[str]]) -
     except ConfigError as exc:
         status, body = 400, {"error": exc.message}
     h.send_json(status, body)
+
+
+def _bench(h: S2SHandler, method: str, path: str) -> None:
+    """Plain HTTP transfers on the same server, for ``bench.client``'s baseline.
+
+    ``POST /s2s-admin/bench/upload`` reads the body in the same pieces as a FlowFile upload
+    and keeps them (replacing what an earlier upload kept); ``GET /s2s-admin/bench/download``
+    streams the kept pieces back through the same chunk writer as a FlowFile download. So
+    "plain" moves the very bytes Site-to-Site moved, through the same HTTP code, without the
+    protocol (codec, CRC, transactions).
+    """
+    from pyspark_s2s.server.http import READ_SIZE, ChunkedWriter
+
+    app = h.app
+    if path.endswith("/upload") and method == "POST":
+        pieces: list[bytes] = []
+        total = 0
+        while True:
+            data = h.body.read(READ_SIZE)
+            if not data:
+                break
+            pieces.append(data)
+            total += len(data)
+        app.bench_pieces = pieces
+        h.send_text(200, str(total))
+        return
+    if path.endswith("/download") and method == "GET":
+        h._start(200, "application/octet-stream", {"Transfer-Encoding": "chunked"})
+        h.end_headers()
+        out = ChunkedWriter(h.wfile, h.connection)
+        for piece in app.bench_pieces:
+            out.write(piece)
+        out.close()
+        return
+    h.send_json(405, {"error": f"{method} not allowed on {path}"})
 
 
 def _q(query: dict[str, list[str]], key: str) -> str | None:
@@ -234,6 +272,7 @@ def _route(
     if path == "/s2s-admin/reset" and method == "POST":
         _read_json(h)
         app.faults.clear()
+        app.bench_pieces = []
         cluster.reset()
         return 200, _status(h)
     if path == "/s2s-admin/faults":

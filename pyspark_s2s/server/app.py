@@ -45,6 +45,8 @@ class ServerApp:
         self.policy = policy or AccessPolicy()
         self.base_port = base_port
         self.faults = FaultRegistry()
+        #: what the last plain benchmark upload sent (admin API /s2s-admin/bench/*)
+        self.bench_pieces: list[bytes] = []
         self.root_group_id = str(uuid.uuid5(uuid.NAMESPACE_URL, "pyspark-s2s:root-group"))
         self.instance_id = str(uuid.uuid4())
         self._servers: dict[int, NodeServer] = {}
