@@ -79,9 +79,12 @@ UPLOAD_CHUNK = 256 << 10
 DOWNLOAD_CHUNK = 256 << 10
 #: body pieces at least this large are queued as they are instead of being coalesced
 _DIRECT = 64 << 10
-#: size of the slices large content is handed to the socket in (and read from file-likes)
-_SLICE = 1 << 20
-_QUEUE_DEPTH = 8
+#: size of the slices large content is handed to the socket in (and read from file-likes).
+#: urllib3 copies every piece once to frame it as a chunk; at 64 KiB that copy stays in
+#: reused, cache-warm heap memory, while 1 MiB pieces took a fresh mmap (page faults, munmap)
+#: per piece: large sends went from ~1.2 to ~1.7-2.2 GiB/s on the development machine
+_SLICE = 64 << 10
+_QUEUE_DEPTH = 32
 _END = object()
 _ABORT = object()
 
@@ -827,7 +830,8 @@ class ReceiveTransaction(_Transaction):
         self._resp: Any = None
         self._eof = False
         self._mode: str | None = None
-        self._decoder = PacketStreamDecoder(compressed=kw["use_compression"])
+        # content above 64 KiB streams through the decoder without being copied into its buffer
+        self._decoder = PacketStreamDecoder(compressed=kw["use_compression"], inline_content_limit=64 << 10)
         self._streaming: StreamedPacket | None = None
         self._batch_reader: Any = None
         self.has_data = False
