@@ -415,7 +415,10 @@ class _Upload:
                 return
             if item is _ABORT:
                 raise ConnectionAbortedError("upload aborted by the client")
-            yield item
+            if type(item) is list:
+                yield from item  # the slices of one content: one queue hand-off for all
+            else:
+                yield item
 
     def _run(self) -> None:
         try:
@@ -523,9 +526,15 @@ class SendTransaction(_Transaction):
         """Content of one packet: checksummed (and compressed) by the core encoder in one call,
         then handed to the socket in 1 MiB slices of the same buffer."""
         out = self._encoder.content(content)
+        if len(out) < _DIRECT:
+            self._put(out)
+            return
+        # one queue item for the whole content (a thread hand-off per 64 KiB slice cost more
+        # than the transfer of the slice)
         view = memoryview(out)
-        for i in range(0, len(view), _SLICE):
-            self._put(view[i : i + _SLICE])
+        self._flush()
+        assert self._upload is not None
+        self._upload.put([view[i : i + _SLICE] for i in range(0, len(view), _SLICE)])
 
     def _start_upload(self) -> None:
         self._transport.prime_proxy_auth(self.peer_url, self._hdrs(Accept="application/json"))
