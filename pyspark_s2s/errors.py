@@ -52,9 +52,10 @@ class S2SError(Exception):
 
     #: default for instances that do not say otherwise
     default_retriable: bool = False
-    #: HTTP status a server answers when this error is raised while serving a request
+    #: HTTP status a server answers when this error is raised while serving a request and the
+    #: error carries none of its own (see answer_status); never shown as if a server had sent it
     default_http_status: int | None = None
-    #: NiFi response code a server puts in the JSON body for this error
+    #: NiFi response code a server puts in the JSON body for this error (see answer_code)
     default_response_code: int | None = None
 
     def __init__(
@@ -75,11 +76,25 @@ class S2SError(Exception):
         self.peer = peer
         self.port = port
         self.transaction = transaction
-        self.http_status = http_status if http_status is not None else self.default_http_status
-        self.response_code = (
-            response_code if response_code is not None else self.default_response_code
-        )
+        # only what was actually seen (or decided): a client-side error must not claim an
+        # HTTP status or response code no server sent; see answer_status/answer_code
+        self.http_status = http_status
+        self.response_code = response_code
         self.retriable = self.default_retriable if retriable is None else retriable
+
+    @property
+    def answer_status(self) -> int:
+        """The HTTP status a server answers this error with (its own, else the class default, else 500)."""
+        if self.http_status is not None:
+            return self.http_status
+        return self.default_http_status if self.default_http_status is not None else 500
+
+    @property
+    def answer_code(self) -> int:
+        """The NiFi response code a server puts in its JSON answer (else ABORT, 250)."""
+        if self.response_code is not None:
+            return self.response_code
+        return self.default_response_code if self.default_response_code is not None else 250
 
     def context(self) -> dict[str, Any]:
         """The known context fields (those that are not None)."""

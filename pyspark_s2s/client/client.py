@@ -32,8 +32,10 @@ from pyspark_s2s.client.transaction import (
 from pyspark_s2s.errors import (
     ConfigError,
     NoPeerAvailableError,
+    PortNotRunningError,
     ProtocolError,
     S2SError,
+    UnknownPortError,
 )
 from pyspark_s2s.protocol.codes import (
     Direction,
@@ -59,7 +61,7 @@ _RAISE_CODES = (ResponseCode.UNKNOWN_PORT, ResponseCode.PORT_NOT_IN_VALID_STATE)
 
 
 def _raises_at_once(exc: S2SError) -> bool:
-    if exc.response_code in _RAISE_CODES:
+    if isinstance(exc, (UnknownPortError, PortNotRunningError)) or exc.response_code in _RAISE_CODES:
         return True
     return exc.http_status == 403
 

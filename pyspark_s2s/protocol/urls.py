@@ -26,6 +26,7 @@ __all__ = [
     "normalize_cluster_url",
     "parse_cluster_urls",
     "peer_api_url",
+    "redact_url",
     "resolve_location",
 ]
 
@@ -45,37 +46,54 @@ def format_host(hostname: str) -> str:
     return hostname
 
 
+_USERINFO = re.compile(r"(?<=://)[^/@?#]*@")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any ``user:password@`` part replaced by ``***@`` (for messages and logs)."""
+    return _USERINFO.sub("***@", url)
+
+
 def normalize_cluster_url(url: str, *, option: str = "url") -> str:
     """One cluster URL -> its API base URL (``scheme://host[:port][/path]/nifi-api``).
 
-    Like NiFi: scheme http/https (any case; written lower case) and a host are required; user
-    info, query and fragment are dropped; an explicit port is kept, a missing one stays
+    Like NiFi: scheme http/https (any case; written lower case) and a host are required; query
+    and fragment are dropped; user info (``user:password@``) is refused, because Site-to-Site
+    authenticates with certificates and a password in a URL would end up in logs and errors
+    (messages show such a URL with ``***@``); an explicit port is kept, a missing one stays
     missing. Path: empty or ``/`` -> ``/nifi-api``; a trailing ``/`` is removed; ``.../nifi``
     -> ``.../nifi-api``; ``.../nifi-api`` is kept; any other path gets ``/nifi-api`` appended.
     """
     text = url.strip()
+    shown = redact_url(text)
     if not text or _BAD_CHARS.search(text):
-        raise ConfigError(f"The specified URL is malformed: {url!r}", option=option)
+        raise ConfigError(f"The specified URL is malformed: {shown!r}", option=option)
     try:
         parts = urlsplit(text)
         port = parts.port
     except ValueError:
-        raise ConfigError(f"The specified URL is malformed: {url!r}", option=option) from None
+        raise ConfigError(f"The specified URL is malformed: {shown!r}", option=option) from None
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https"):
         if not parts.scheme or not parts.netloc:
-            raise ConfigError(f"The specified URL is malformed: {url!r}", option=option)
+            raise ConfigError(f"The specified URL is malformed: {shown!r}", option=option)
         raise ConfigError(
-            f"The specified URL is invalid because it is not http or https: {url!r}",
+            f"The specified URL is invalid because it is not http or https: {shown!r}",
             option=option,
         )
-    hostport = parts.netloc.rpartition("@")[2]
+    if "@" in parts.netloc:
+        raise ConfigError(
+            f"The specified URL carries user information, which Site-to-Site does not use "
+            f"(authenticate with a client certificate): {shown!r}",
+            option=option,
+        )
+    hostport = parts.netloc
     if hostport.startswith("["):
         host = hostport[: hostport.find("]") + 1]
     else:
         host = hostport.partition(":")[0]
     if not host or host == "[]":
-        raise ConfigError(f"The specified URL is malformed (no host): {url!r}", option=option)
+        raise ConfigError(f"The specified URL is malformed (no host): {shown!r}", option=option)
     path = parts.path.strip()
     if path in ("", "/"):
         path = "/nifi"
@@ -110,7 +128,7 @@ def parse_cluster_urls(text: str | Iterable[str], *, option: str = "url") -> lis
         raise ConfigError("Cluster URL was not specified.", option=option)
     schemes = {u.split(":", 1)[0] for u in urls}
     if len(schemes) > 1:
-        joined = ",".join(items)
+        joined = redact_url(",".join(items))
         raise ConfigError(
             f"Different protocols are used in the cluster URLs {joined}", option=option
         )

@@ -438,9 +438,7 @@ class S2SHandler(BaseHTTPRequestHandler):
     def send_error_result(self, exc: S2SError) -> None:
         # no status (e.g. TransactionStateError, NiFi's IllegalStateException) -> 500 like NiFi's
         # unexpectedErrorResponse, but with the real reason as message
-        status = exc.http_status or 500
-        code = exc.response_code if exc.response_code is not None else ResponseCode.ABORT
-        self.send_result(status, TransactionResult(0, int(code), exc.message))
+        self.send_result(exc.answer_status, TransactionResult(0, exc.answer_code, exc.message))
 
     def common_headers(self, version: int, no_cache: bool = True) -> dict[str, str]:
         headers = {

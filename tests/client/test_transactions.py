@@ -118,8 +118,11 @@ def test_commit_result_14_sets_backoff(srv):  # item 26
 def test_unknown_port_name(srv):  # item 4
     for direction in ("send", "receive"):
         with client(srv, port="no-such-port") as c:
-            with pytest.raises(UnknownPortError, match="Failed to determine the identifier of port no-such-port"):
+            with pytest.raises(UnknownPortError, match="Failed to determine the identifier of port no-such-port") as info:
                 c.create_transaction(direction)
+            # site info answered 200: the error must not claim a 404 or a response code no server sent
+            assert info.value.http_status is None and info.value.response_code is None
+            assert "http_status" not in str(info.value) and "response_code" not in str(info.value)
 
 
 def test_unknown_port_identifier_raises_at_once(srv):

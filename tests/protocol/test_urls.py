@@ -29,7 +29,7 @@ RESOLVE = [
     ("https://nifi.example.com:8443/nifi", "https://nifi.example.com:8443/nifi-api"),
     ("  https://h:8443/nifi  ", "https://h:8443/nifi-api"),
     ("HTTPS://Host:8443/nifi", "https://Host:8443/nifi-api"),
-    ("http://user:secret@h:8080/nifi?x=1#frag", "http://h:8080/nifi-api"),
+    ("http://h:8080/nifi?x=1#frag", "http://h:8080/nifi-api"),
     ("http://[::1]:8080/nifi", "http://[::1]:8080/nifi-api"),
     ("http://h/mynifi", "http://h/mynifi/nifi-api"),
 ]
@@ -174,3 +174,26 @@ def test_peer_address_map_duplicate_source() -> None:
 def test_peer_address_map_from_mapping() -> None:
     amap = PeerAddressMap.from_mapping({("a", 1): ("b", 2)})
     assert amap.map("a", 1) == ("b", 2)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "http://user:hunter2@h:8080/nifi",
+        "http://user:hunter2@h:notaport/nifi",
+        "ftp://user:hunter2@h/nifi",
+        "https://a:8443/nifi,http://user:hunter2@b:8080/nifi",
+    ],
+)
+def test_user_info_is_refused_and_never_shown(text: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_cluster_urls(text, option="url")
+    assert "hunter2" not in str(info.value) and "hunter2" not in repr(info.value)
+    assert info.value.option == "url"
+
+
+def test_redact_url() -> None:
+    from pyspark_s2s.protocol.urls import redact_url
+
+    assert redact_url("http://u:p@h:1/x@y") == "http://***@h:1/x@y"
+    assert redact_url("http://h:1/nifi") == "http://h:1/nifi"
