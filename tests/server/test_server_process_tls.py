@@ -6,7 +6,6 @@ import hashlib
 import re
 import signal
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -251,6 +250,4 @@ def test_sigterm_during_open_transaction_exits_cleanly() -> None:
         s2s = S2S(srv.api())
         tx = s2s.open(SEND, srv.port_id("in"))
         assert tx
-        start = time.monotonic()
-        assert srv.stop() == 0
-        assert time.monotonic() - start < 10
+        assert srv.stop() == 0  # the stop itself is bounded (SIGKILL after a timeout -> not 0)
