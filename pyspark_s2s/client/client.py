@@ -191,6 +191,9 @@ class SiteToSiteClient:
             return self._opened(tx)
         attempts: list[str] = []
         tried: set[tuple[str, int]] = set()
+        # worth retrying later unless every peer that answered failed for a lasting reason
+        retriable = True
+        failures = 0
         while True:
             peer = peers.select(direction)
             if peer is None or peer.key in tried:
@@ -205,6 +208,7 @@ class SiteToSiteClient:
                     f"No peer could take a {direction.name} transaction for port {self.config.port}: "
                     + "; ".join(attempts),
                     port=self.config.port,
+                    retriable=retriable or failures == 0,
                 )
             try:
                 tx = self._initiate(transport, peer, direction, port_id)
@@ -215,6 +219,8 @@ class SiteToSiteClient:
                     raise
                 logger.info("transaction creation at %s failed (%s); trying the next peer", peer.api_url, exc)
                 attempts.append(f"{peer.hostname}:{peer.port}: {exc.message}")
+                retriable = exc.retriable if failures == 0 else (retriable or exc.retriable)
+                failures += 1
                 tried.add(peer.key)
                 continue
             return self._opened(tx)

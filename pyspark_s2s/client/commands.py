@@ -543,8 +543,13 @@ def _drained(client: Any, empty_in_a_row: int) -> bool:
     try:
         client.refresh_peers()
         statuses = client.peer_statuses("receive")
-    except Exception as exc:  # noqa: BLE001 - an unreadable peer list just ends the pull
-        logger.info("peer refresh after an empty transaction failed: %s", exc)
+    except Exception as exc:  # noqa: BLE001 - an unreadable peer list ends the pull, said aloud
+        logger.warning("peer refresh after an empty transaction failed: %s", exc)
+        print(
+            f"s2s receive: stopping: could not refresh the peer list to see whether other nodes "
+            f"still hold FlowFiles ({exc})",
+            file=sys.stderr,
+        )
         return True
     if sum(status.flow_file_count for status, _weight in statuses) == 0:
         return True

@@ -12,10 +12,12 @@ the core; nothing of them is re-implemented here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import random
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -98,13 +100,22 @@ class PeerManager:
         if not self._file:
             return
         text = format_peer_file("HTTP", self._cluster_urls, peers)
-        tmp = f"{self._file}.partial"
+        # a temporary file of our own (several processes, e.g. Spark executors, may share the
+        # persistence file), renamed over the old one: readers see the old or the new file whole
+        directory = os.path.dirname(os.path.abspath(self._file))
+        tmp: str | None = None
         try:
-            with open(tmp, "w", encoding="utf-8") as fh:
+            fd, tmp = tempfile.mkstemp(prefix=os.path.basename(self._file) + ".", suffix=".partial", dir=directory)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.write(text)
             os.replace(tmp, self._file)
+            tmp = None
         except OSError as exc:
             logger.warning("cannot write peer persistence file %s: %s", self._file, exc)
+        finally:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
 
     # -- refresh -----------------------------------------------------------------------------
     def _query(self, peer: PeerStatus) -> list[PeerStatus]:

@@ -199,3 +199,26 @@ def test_combined_encrypted_pem_keystore_and_pkcs12_truststore(tls_srv, tmp_path
                          keystorePassword="wrong-pem-pass", truststoreFilename=str(trust),
                          truststorePassword="trust-pass-1").site_info()
     assert info.value.option == "keystoreFilename" and "wrong-pem-pass" not in str(info.value)
+
+
+def test_port_policy_refusal_tries_other_peers_and_is_not_retriable():
+    # The client's DN may read site info and use "in2", but not "in": the handshake answers
+    # 401 with response code 240 (port-level UNAUTHORIZED, PROTOCOL.md §8). NiFi's client
+    # penalizes the peer and tries the next one (it does not raise at once); with no other
+    # peer left the error says so, and it is not worth retrying.
+    from serverproc import ServerProcess
+
+    from pyspark_s2s.server.tls import CLIENT_DN
+
+    with ServerProcess("--input-port", "in", "--input-port", "in2", "--nodes", "2",
+                       "--allow", f"in2={CLIENT_DN}", tls=True) as srv:
+        port_id = srv.port_id("in")  # not listed to this DN, so named by identifier
+        opts = tls_opts(srv)
+        with SiteToSiteClient(url=srv.url, portIdentifier=port_id, **opts) as c:
+            with pytest.raises(NoPeerAvailableError) as info:
+                c.create_transaction("send")
+        assert info.value.retriable is False
+        text = str(info.value)
+        assert text.count("HTTP 401, response code 240") == 2  # both nodes were tried, once each
+        with SiteToSiteClient(url=srv.url, portName="in2", **opts) as c:
+            assert c.send([({"k": "v"}, b"allowed")]).flow_files == 1
