@@ -214,7 +214,7 @@ class _Transaction:
         self._on_close = on_close
         self._lock = threading.RLock()
         self._machine: TransactionStateMachine[ClientState, ClientEvent] = TransactionStateMachine(
-            self._table, ClientState.STARTED, transaction=transaction_url
+            self._table, ClientState.STARTED, transaction=self.transaction_id
         )
         self._failure: S2SError | None = None
         self._created = time.monotonic()
@@ -254,7 +254,10 @@ class _Transaction:
                 f"{self._failure.message}",
                 **self._ctx(),
             ) from self._failure
-        self._machine.handle(event)  # raises with the allowed events
+        try:
+            self._machine.handle(event)  # raises, naming the state and the allowed events
+        except TransactionStateError as exc:
+            raise self._err(exc) from None
 
     def _handle(self, event: ClientEvent) -> None:
         with self._lock:

@@ -70,8 +70,11 @@ def test_send_slow_client(srv):  # item 12: idleExpiration 1 s, packets 50 ms ap
 def test_send_zero_packets_cannot_confirm(srv):  # item 23
     with client(srv) as c:
         tx = c.create_transaction("send")
-        with pytest.raises(TransactionStateError):
+        with pytest.raises(TransactionStateError) as info:
             tx.confirm()
+        # the error says which transaction, on which peer and port
+        assert info.value.transaction == tx.transaction_id and info.value.port == "in"
+        assert info.value.peer == tx.peer_url
         with pytest.raises(TransactionStateError):
             tx.complete()
         tx.cancel("nothing to send")
