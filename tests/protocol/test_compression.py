@@ -187,3 +187,24 @@ def test_fuzz_after_valid_sync_header(tail: bytes) -> None:
         dec.end_of_stream()
     except ProtocolError:
         return
+
+
+@settings(max_examples=300)
+@given(st.lists(st.binary(max_size=120), min_size=1, max_size=4), st.integers(min_value=1, max_value=40))
+def test_fuzz_valid_frames_around_random_plaintext(plains: list[bytes], step: int) -> None:
+    # well-formed compression around arbitrary bytes: the fuzzing reaches the packet decoder
+    # behind the frame reader (strict frames on); packets or ProtocolError, nothing else
+    wire = b"".join(
+        b"SYNC" + len(p).to_bytes(4, "big") + len(c).to_bytes(4, "big") + c + b"\x00"
+        for p in plains
+        for c in [zlib.compress(p, 1)]
+    )
+    dec = PacketStreamDecoder(compressed=True, strict_frames=True, inline_content_limit=32)
+    try:
+        for i in range(0, len(wire), step):
+            dec.feed(wire[i : i + step])
+            dec.events()
+        dec.end_of_stream()
+    except ProtocolError:
+        return
+    assert dec.packets == len(plains)  # accepted only as one whole packet per frame

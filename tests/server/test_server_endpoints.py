@@ -519,6 +519,23 @@ def test_batch_duration_sends_at_least_one(srv, s2s: S2S) -> None:
     assert srv.admin.queued("out") == 5 - len(packets)
 
 
+@pytest.mark.parametrize(
+    "headers,stall",
+    [
+        ({Header.BATCH_DURATION: "300"}, 0.4),  # an explicit duration
+        ({}, 5.1),  # no limits at all: NiFi's 5 s default (DEFAULT_BATCH_NANOS), not a count
+    ],
+)
+def test_batch_stops_once_the_duration_has_passed(srv, s2s: S2S, headers, stall) -> None:
+    # the server stalls after its 2nd packet for longer than the batch may last: it must then
+    # end the batch (exactly 2 packets sent) and leave the rest queued
+    srv.admin.enqueue("out", count=10, size=10)
+    srv.admin.fault("stall", method="GET", path_contains="flow-files", after_packets=2, seconds=stall)
+    packets = s2s.receive(srv.port_id("out"), headers)
+    assert len(packets) == 2
+    assert srv.admin.queued("out") == 8
+
+
 def test_batch_headers_of_the_download_request_count(srv, s2s: S2S) -> None:
     srv.admin.enqueue("out", count=6, size=1)
     tx = s2s.open(RECEIVE, srv.port_id("out"), {Header.BATCH_COUNT: "5"})
