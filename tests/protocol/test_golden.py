@@ -151,3 +151,21 @@ def test_accelerated_crc_is_java_crc32() -> None:
             running = crc32(memoryview(data)[i : i + 4097], running)
         assert running == zlib.crc32(data)
     assert crc32(bytes.fromhex(SERVER_1_HEX)) == 3680976076
+
+
+def test_stdlib_crc_fallback_gives_the_same_checksums() -> None:
+    # where zlib-ng is not installed the core falls back to the standard library's zlib
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['zlib_ng'] = None; sys.modules['zlib_ng.zlib_ng'] = None\n"
+        "from pyspark_s2s.protocol._crc import IMPLEMENTATION\n"
+        "from pyspark_s2s.protocol.stream import PacketStreamEncoder\n"
+        "enc = PacketStreamEncoder(True)\n"
+        "attrs = {'Client attr 2': 'Client attr 2 value', 'Client attr 1': 'Client attr 1 value'}\n"
+        "for _ in range(20): enc.packet(attrs, b'Example contents from client.')\n"
+        "print(IMPLEMENTATION, enc.checksum)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == ["zlib", "1071206772"]
