@@ -72,6 +72,7 @@ class PeerManager:
         self._clock = clock
         self._selector = PeerSelector(rng or random.Random())
         self._lock = threading.RLock()
+        self._refresh_lock = threading.Lock()  # one refresh at a time, network outside _lock
         self.last_refresh_errors: list[str] = []
         if persistence_file:
             self._restore()
@@ -138,53 +139,77 @@ class PeerManager:
     def refresh(self) -> bool:
         """Query known peers plus the bootstrap peer; True when at least one query answered.
 
-        When every query fails the current list (even expired) stays in use (§9).
+        When every query fails the current list (even expired) stays in use (§9). One refresh
+        runs at a time; the network is not touched while holding the lock that selection uses,
+        so a dead peer's timeout never blocks other threads that still have a list to use.
         """
+        with self._refresh_lock:
+            return self._refresh_locked()
+
+    def _refresh_locked(self) -> bool:
         with self._lock:
             candidates = list(self._selector.peers)
-            errors: list[str] = []
+        errors: list[str] = []
+        try:
+            bootstrap = self._site.get().bootstrap_peer()
+            if bootstrap.key not in {p.key for p in candidates}:
+                candidates.append(bootstrap)
+            else:
+                # query the bootstrap first (its answer is the most authoritative)
+                candidates.sort(key=lambda p: p.key != bootstrap.key)
+        except S2SError as exc:
+            errors.append(f"site information: {exc.message}")
+            logger.info("peer refresh: bootstrap lookup failed: %s", exc)
+        found: dict[tuple[str, int], PeerStatus] = {}
+        answered = False
+        for peer in candidates:
+            if not peer.query_for_peers:
+                continue
             try:
-                bootstrap = self._site.get().bootstrap_peer()
-                if bootstrap.key not in {p.key for p in candidates}:
-                    candidates.append(bootstrap)
-                else:
-                    # query the bootstrap first (its answer is the most authoritative)
-                    candidates.sort(key=lambda p: p.key != bootstrap.key)
+                peers = self._query(peer)
             except S2SError as exc:
-                errors.append(f"site information: {exc.message}")
-                logger.info("peer refresh: bootstrap lookup failed: %s", exc)
-            found: dict[tuple[str, int], PeerStatus] = {}
-            answered = False
-            for peer in candidates:
-                if not peer.query_for_peers:
-                    continue
-                try:
-                    peers = self._query(peer)
-                except S2SError as exc:
-                    errors.append(f"{peer.hostname}:{peer.port}: {exc.message}")
-                    logger.info("peer refresh: %s:%d failed: %s", peer.hostname, peer.port, exc)
-                    continue
-                answered = True
-                for p in peers:
-                    found.setdefault(p.key, p)
+                errors.append(f"{peer.hostname}:{peer.port}: {exc.message}")
+                logger.info("peer refresh: %s:%d failed: %s", peer.hostname, peer.port, exc)
+                continue
+            answered = True
+            for p in peers:
+                found.setdefault(p.key, p)
+        peers_list = list(found.values())
+        with self._lock:
             self.last_refresh_errors = errors
             if not answered:
                 logger.warning("peer refresh failed everywhere; keeping %d known peers", len(self._selector.peers))
                 return False
-            peers_list = list(found.values())
             self._selector.set_peers(peers_list, self._clock())
-            self._persist(peers_list)
-            return True
+        self._persist(peers_list)
+        return True
+
+    def _due(self) -> tuple[bool, bool]:
+        """(refresh due, no peers at all)."""
+        with self._lock:
+            empty = not self._selector.peers
+            return empty or self._selector.is_expired(self._clock(), self._refresh_seconds), empty
 
     def refresh_if_needed(self) -> None:
-        with self._lock:
-            if not self._selector.peers or self._selector.is_expired(self._clock(), self._refresh_seconds):
-                self.refresh()
+        due, empty = self._due()
+        if not due:
+            return
+        if empty:
+            self.refresh()  # nothing to choose from: wait for the refresh (or the one running)
+            return
+        # expired: refresh unless another thread is already doing it; the old list serves meanwhile
+        if not self._refresh_lock.acquire(blocking=False):
+            return
+        try:
+            if self._due()[0]:
+                self._refresh_locked()
+        finally:
+            self._refresh_lock.release()
 
     # -- selection ---------------------------------------------------------------------------
     def select(self, direction: Direction) -> PeerStatus | None:
+        self.refresh_if_needed()
         with self._lock:
-            self.refresh_if_needed()
             return self._selector.select(direction, self._clock())
 
     def penalize(self, peer: PeerStatus, seconds: float | None = None) -> None:
@@ -198,11 +223,11 @@ class PeerManager:
 
     def statuses(self, direction: Direction, *, refresh: bool = False) -> list[tuple[PeerStatus, float]]:
         """Every known peer with its NiFi weight for ``direction`` (penalized peers weigh 0)."""
+        if refresh:
+            self.refresh()
+        else:
+            self.refresh_if_needed()
         with self._lock:
-            if refresh:
-                self.refresh()
-            else:
-                self.refresh_if_needed()
             peers = self._selector.peers
             weights = peer_weights(peers, direction)
             now = self._clock()

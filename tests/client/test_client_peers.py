@@ -203,3 +203,30 @@ def test_transaction_on_a_chosen_peer(cluster):
         tx = c.create_transaction("send", peer=statuses[0][0])
         assert tx.peer == statuses[0][0]
         tx.cancel()
+
+
+def test_a_slow_peer_refresh_does_not_block_other_threads(srv):
+    # NiFi keeps using the old (even expired) peer list until a refresh succeeds (§9). While one
+    # thread waits on a slow /site-to-site/peers, another picks a peer from the old list at once.
+    import threading
+    import time
+
+    from pyspark_s2s.client import SiteToSiteClient
+
+    with SiteToSiteClient(url=srv.url, portName="in", peerRefreshInterval="1 sec") as c:
+        assert c.peer_statuses("send")  # the list is known
+        time.sleep(1.2)  # ... and now expired
+        srv.admin.fault("delay", method="GET", path_contains="site-to-site/peers", seconds=4)
+        refresher = threading.Thread(target=c.refresh_peers)
+        refresher.start()
+        for _ in range(100):  # until the refresher is inside its (delayed) request
+            if srv.admin.faults() == []:
+                break
+            time.sleep(0.02)
+        tx = c.create_transaction("send")
+        assert refresher.is_alive()  # the transaction did not wait for the refresh
+        tx.send(b"x")
+        tx.confirm()
+        assert tx.complete().flow_files == 1
+        refresher.join(timeout=30)
+        assert not refresher.is_alive()
