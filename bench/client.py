@@ -33,20 +33,18 @@ import contextlib
 import datetime as _dt
 import os
 import platform
-import queue
-import re
-import signal
 import statistics
-import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run as a file or with -m from the repository
+
+from pyspark_s2s.server.process import ServerSubprocess
 
 SMALL_ATTRS = {"filename": "file-000001.txt", "path": "./", "mime.type": "text/plain"}
 SMALL_CONTENT = bytes(range(100))
@@ -65,72 +63,11 @@ ARROW_TARGET = 500_000.0
 # -- subprocesses ------------------------------------------------------------------------------
 
 
-class Proc:
-    """A subprocess that prints ``... listening on <url>`` lines when ready; stopped with SIGTERM."""
-
-    def __init__(self, argv: Sequence[str], ready: re.Pattern[str], count: int = 1, timeout: float = 60.0) -> None:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-        env["PYTHONUNBUFFERED"] = "1"
-        self.proc = subprocess.Popen(
-            [sys.executable, *argv],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            cwd=str(REPO),
-            env=env,
-        )
-        lines: queue.Queue[str | None] = queue.Queue()
-
-        def reader() -> None:
-            assert self.proc.stdout is not None
-            for raw in self.proc.stdout:
-                lines.put(raw.decode("utf-8", "replace").rstrip("\n"))
-            lines.put(None)
-
-        threading.Thread(target=reader, daemon=True).start()
-        self.urls: list[str] = []
-        deadline = time.monotonic() + timeout
-        while len(self.urls) < count:
-            left = deadline - time.monotonic()
-            try:
-                line = lines.get(timeout=max(0.01, left))
-            except queue.Empty:
-                line = None
-            if line is None:
-                self.stop()
-                raise RuntimeError(f"{' '.join(argv)} did not become ready")
-            m = ready.search(line)
-            if m:
-                self.urls.append(m.group(1))
-
-    @property
-    def url(self) -> str:
-        return self.urls[0]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def start_s2s_server() -> Proc:
-    return Proc(
-        ["-m", "pyspark_s2s.server", "--port", "0", "--ttl", "120",
-         "--input-port", IN_PORT, "--output-port", OUT_PORT, "--route", f"{IN_PORT}={OUT_PORT}"],
-        re.compile(r"^s2s: node \d+ listening on (\S+)$"),
-    )
+def start_s2s_server() -> ServerSubprocess:
+    return ServerSubprocess(
+        ["--ttl", "120", "--input-port", IN_PORT, "--output-port", OUT_PORT, "--route", f"{IN_PORT}={OUT_PORT}"],
+        cwd=str(REPO),
+    )  # started by ``with``
 
 
 # -- plain HTTP baseline -------------------------------------------------------------------------

@@ -10,7 +10,7 @@ account. Exit status 0 when everything matched, 1 with a one-line reason otherwi
 Must not import: pyspark (the Spark layer will replace the middle of this demo with a Spark
 streaming round trip: :func:`run` takes the list of steps, so a Spark step can be added without
 touching the rest), the server internals (the server runs as a separate process, as a user
-would run it; only its admin API is used).
+would run it, started with ``server.process``; only its admin API is used).
 """
 
 from __future__ import annotations
@@ -19,18 +19,15 @@ import argparse
 import hashlib
 import json
 import logging
-import os
-import queue
 import re
-import signal
-import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
+
+from pyspark_s2s.server.process import ServerStartError, ServerSubprocess
 
 __all__ = ["Demo", "DemoError", "DemoServer", "main", "run"]
 
@@ -49,52 +46,17 @@ class DemoError(Exception):
 # -- the server ---------------------------------------------------------------------------------
 
 
-class DemoServer:
+class DemoServer(ServerSubprocess):
     """``python -m pyspark_s2s.server`` in a subprocess on a free port; stopped with SIGTERM."""
 
     def __init__(self, *args: str, startup_timeout: float = 30.0) -> None:
-        self.args = ["--port", "0", *args]
-        self.startup_timeout = startup_timeout
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.url = ""
+        super().__init__(args, startup_timeout=startup_timeout)
 
-    def start(self) -> DemoServer:
-        env = dict(os.environ)
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-        env["PYTHONUNBUFFERED"] = "1"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pyspark_s2s.server", *self.args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=env,
-        )
-        lines: queue.Queue[str | None] = queue.Queue()
-
-        def reader() -> None:
-            assert self.proc is not None and self.proc.stdout is not None
-            for raw in self.proc.stdout:
-                lines.put(raw.decode("utf-8", "replace").rstrip("\n"))
-            lines.put(None)
-
-        threading.Thread(target=reader, daemon=True, name="demo-server-stdout").start()
-        deadline = time.monotonic() + self.startup_timeout
-        while not self.url:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self.stop()
-                raise DemoError(f"the reference server did not start within {self.startup_timeout:g} s")
-            try:
-                line = lines.get(timeout=left)
-            except queue.Empty:
-                continue
-            if line is None:
-                code = self.proc.wait(timeout=10)
-                raise DemoError(f"the reference server exited with status {code} before it was ready")
-            m = _LISTENING.match(line)
-            if m:
-                self.url = m.group(2)
-        return self
+    def start(self) -> Self:
+        try:
+            return super().start()
+        except ServerStartError as exc:
+            raise DemoError(str(exc)) from None
 
     def admin(self, method: str, path: str) -> Any:
         base = self.url.rsplit("/nifi", 1)[0] + "/s2s-admin"
@@ -108,27 +70,6 @@ class DemoServer:
     def queued(self, port: str) -> int:
         status = self.admin("GET", "/status")
         return sum(p["queued"] for n in status["nodes"] for p in n["ports"] if p["name"] == port)
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        self.proc = None
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 # -- the round trip -----------------------------------------------------------------------------

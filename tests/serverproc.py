@@ -57,28 +57,20 @@ from __future__ import annotations
 import base64
 import json
 import os
-import queue
-import re
-import signal
 import ssl
 import subprocess
-import sys
 import tempfile
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pyspark_s2s.server.process import ServerStartError, ServerSubprocess, node_count
+
 __all__ = ["AdminClient", "AdminError", "ServerProcess", "ServerStartError", "ServerThread"]
 
 REPO = Path(__file__).resolve().parents[1]
-LISTENING = re.compile(r"^s2s: node (\d+) listening on (\S+)$")
-
-
-class ServerStartError(RuntimeError):
-    pass
 
 
 class AdminError(RuntimeError):
@@ -284,16 +276,6 @@ class AdminClient:
         return self.request("POST", "/reset", {})
 
 
-def _count_nodes(args: Sequence[str]) -> int:
-    args = list(args)
-    for i, a in enumerate(args):
-        if a == "--nodes" and i + 1 < len(args):
-            return int(args[i + 1])
-        if a.startswith("--nodes="):
-            return int(a.split("=", 1)[1])
-    return 1
-
-
 class _Base:
     urls: list[str]
     tls_dir: Path | None
@@ -373,7 +355,7 @@ class ServerProcess(_Base):
             argv = ["--port", "0", *argv]
         if nodes is not None:
             argv = [*argv, "--nodes", str(nodes)]
-        self.nodes = _count_nodes(argv)
+        self.nodes = node_count(argv)
         self.argv = self._setup_tls(tls, argv)
         self.startup_timeout = startup_timeout
         self.env = env
@@ -397,69 +379,31 @@ class ServerProcess(_Base):
 
     def start(self) -> ServerProcess:
         env = dict(os.environ if self.env is None else self.env)
-        env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-        env.setdefault("PYTHONUNBUFFERED", "1")
         self._stderr_file = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pyspark_s2s.server", *self.argv],
-            stdout=subprocess.PIPE,
-            stderr=self._stderr_file,
+        self._child = ServerSubprocess(
+            self.argv,
+            startup_timeout=self.startup_timeout,
             env=env,
+            stderr=self._stderr_file,
             cwd=str(REPO),
+            describe_failure=self.stderr_text,
         )
-        lines: queue.Queue[str | None] = queue.Queue()
-
-        def reader() -> None:
-            assert self.proc is not None and self.proc.stdout is not None
-            for raw in self.proc.stdout:
-                lines.put(raw.decode("utf-8", "replace").rstrip("\n"))
-            lines.put(None)
-
-        self._reader = threading.Thread(target=reader, daemon=True)
-        self._reader.start()
-        found: dict[int, str] = {}
-        import time
-
-        deadline = time.monotonic() + self.startup_timeout
-        while len(found) < self.nodes:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self.stop()
-                raise ServerStartError(
-                    f"server did not report {self.nodes} listening node(s) within "
-                    f"{self.startup_timeout} s; stdout={self.lines!r}; stderr:\n{self.stderr_text()}"
-                )
-            try:
-                line = lines.get(timeout=left)
-            except queue.Empty:
-                continue
-            if line is None:
-                code = self.proc.wait(timeout=10)
-                self.stop()
-                raise ServerStartError(
-                    f"server exited with status {code} before it was ready; stdout={self.lines!r}; "
-                    f"stderr:\n{self.stderr_text()}"
-                )
-            self.lines.append(line)
-            m = LISTENING.match(line)
-            if m:
-                found[int(m.group(1))] = m.group(2)
-        self.urls = [found[k] for k in sorted(found)]
+        try:
+            self._child.start()
+        except ServerStartError:
+            self.proc = self._child.proc
+            self.stop()  # closes the stderr file and the TLS directory too
+            raise
+        self.proc = self._child.proc
+        self.lines = self._child.lines
+        self.urls = list(self._child.urls)
         self._make_admin()
         return self
 
     def stop(self, timeout: float = 10.0) -> int | None:
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=timeout)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        self._child.stop(timeout)
         if self._stderr_file is not None:
             self._stderr_saved = self.stderr_text()
             self._stderr_file.close()

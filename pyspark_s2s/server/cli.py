@@ -19,6 +19,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from pyspark_s2s.server.process import listening_line
+
 __all__ = ["add_arguments", "build_app", "main", "register"]
 
 logger = logging.getLogger(__name__)
@@ -159,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"s2s serve: cannot listen: {exc}", file=sys.stderr, flush=True)
             return 1
         for node in nodes:
-            print(f"s2s: node {node.index} listening on {node.url}", flush=True)
+            print(listening_line(node.index, node.url), flush=True)
         while not stop.wait(0.5):
             pass
     finally:
