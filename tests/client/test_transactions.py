@@ -355,3 +355,25 @@ def test_close_cancels_open_transactions(srv):
     assert tx.state is ClientState.CANCELED
     txs = [t for t in srv.admin.transactions() if t["direction"] == "send"]
     assert txs[-1]["state"] in ("CANCELED", "FAILED") and srv.admin.queued("out") == 0  # rolled back
+
+
+def test_unknown_port_name_refreshes_cached_site_info():
+    # Site info is cached (cacheExpiration, 30 s), but a port name it does not know makes the
+    # client ask again at once (NiFi's SiteInfoProvider): a port that appeared since is found.
+    import socket
+
+    from serverproc import ServerProcess
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with SiteToSiteClient(url=f"http://127.0.0.1:{port}/nifi", portName="late", cacheExpiration="10 mins") as c:
+        with ServerProcess("--port", str(port), "--input-port", "in"):
+            with pytest.raises(UnknownPortError):
+                c.create_transaction("send")  # site info now cached, without "late"
+        with ServerProcess("--port", str(port), "--input-port", "in", "--input-port", "late") as srv:
+            tx = c.create_transaction("send")
+            tx.send(b"found")
+            tx.confirm()
+            assert tx.complete().flow_files == 1
+            assert srv.admin.queued("late") == 1
