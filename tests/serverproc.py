@@ -62,13 +62,13 @@ import subprocess
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from pyspark_s2s.server.process import ServerStartError, ServerSubprocess, node_count
 
-__all__ = ["AdminClient", "AdminError", "ServerProcess", "ServerStartError", "ServerThread"]
+__all__ = ["AdminClient", "AdminError", "ServerProcess", "ServerStartError", "ServerThread", "server_fixtures"]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -467,3 +467,34 @@ class ServerThread(_Base):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def server_fixtures(*port_args: str) -> tuple[Any, Any, Any, Any]:
+    """pytest fixtures ``server``, ``srv``, ``tls_server``, ``tls_srv`` for a conftest: a plain and
+    a TLS server subprocess with ``port_args``, shared per module, reset before every test.
+
+    Use: ``server, srv, tls_server, tls_srv = server_fixtures(*PORT_ARGS)``.
+    """
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def server() -> Iterator[ServerProcess]:
+        with ServerProcess(*port_args) as proc:
+            yield proc
+
+    @pytest.fixture
+    def srv(server: ServerProcess) -> Iterator[ServerProcess]:
+        server.admin.reset()
+        yield server
+
+    @pytest.fixture(scope="module")
+    def tls_server() -> Iterator[ServerProcess]:
+        with ServerProcess(*port_args, tls=True) as proc:
+            yield proc
+
+    @pytest.fixture
+    def tls_srv(tls_server: ServerProcess) -> Iterator[ServerProcess]:
+        tls_server.admin.reset()
+        yield tls_server
+
+    return server, srv, tls_server, tls_srv

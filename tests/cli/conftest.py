@@ -13,9 +13,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: serverpr
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # clitesthelp
 
 from clitesthelp import PORT_ARGS, Result, RunCli
-from serverproc import ServerProcess
+from proxyproc import ProxyProcess
+from serverproc import server_fixtures
 
 from pyspark_s2s import cli
+
+server, srv, tls_server, tls_srv = server_fixtures(*PORT_ARGS)
 
 
 @pytest.fixture
@@ -32,70 +35,9 @@ def run_cli(capsys: pytest.CaptureFixture[str]) -> RunCli:
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[ServerProcess]:
-    with ServerProcess(*PORT_ARGS) as srv:
-        yield srv
-
-
-@pytest.fixture
-def srv(server: ServerProcess) -> Iterator[ServerProcess]:
-    server.admin.reset()
-    yield server
-
-
-@pytest.fixture(scope="module")
-def tls_server() -> Iterator[ServerProcess]:
-    with ServerProcess(*PORT_ARGS, tls=True) as srv:
-        yield srv
-
-
-@pytest.fixture
-def tls_srv(tls_server: ServerProcess) -> Iterator[ServerProcess]:
-    tls_server.admin.reset()
-    yield tls_server
-
-
-@pytest.fixture(scope="module")
-def auth_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str, str]]:
+def auth_proxy() -> Iterator[tuple[int, str, str]]:
     """A real forward proxy (proxy.py) on 127.0.0.1 demanding Basic auth: (port, user, password)."""
-    import socket
-    import subprocess
-    import time
-
     user, password = "cli-user", "pr0xy-s3cret"
-    tmp = tmp_path_factory.mktemp("proxy")
-    port_file = tmp / "port"
-    with open(tmp / "log", "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "proxy", "--hostname", "127.0.0.1", "--port", "0", "--port-file",
-             str(port_file), "--num-workers", "1", "--num-acceptors", "1", "--log-level", "WARNING",
-             "--basic-auth", f"{user}:{password}"],
-            stdout=log, stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 20
-        port = 0
-        while time.monotonic() < deadline and not port:
-            if proc.poll() is not None:
-                raise RuntimeError(f"proxy.py exited: {(tmp / 'log').read_text(errors='replace')}")
-            text = port_file.read_text().strip() if port_file.exists() else ""
-            if text:
-                port = int(text)
-            else:
-                time.sleep(0.05)
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            raise RuntimeError("proxy.py did not start")
-        yield port, user, password
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+    with ProxyProcess(basic_auth=(user, password)) as proxy:
+        yield proxy.port, user, password
+

@@ -1,19 +1,15 @@
-"""Helpers of the client tests: a real proxy.py process, a request-recording HTTP stub that can
-misbehave in ways the reference server deliberately cannot, and packet builders."""
+"""Helpers of the client tests: a request-recording HTTP stub that can misbehave in ways the
+reference server deliberately cannot, and packet builders (proxy.py: tests/proxyproc.py)."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 #: the ports every client test server has (``in`` is routed to ``out``; ``in2``/``out2`` stand alone)
@@ -24,59 +20,6 @@ CLIENT_ATTRS = {"Client attr 1": "Client attr 1 value", "Client attr 2": "Client
 # NiFi's tests hashed Java's HashMap order: "Client attr 2" first (PROTOCOL.md §12 extra vectors)
 JAVA_ORDER_ATTRS = {"Client attr 2": "Client attr 2 value", "Client attr 1": "Client attr 1 value"}
 CLIENT_CONTENT = b"Example contents from client."
-
-
-class ProxyProcess:
-    """``python -m proxy`` (proxy.py) on 127.0.0.1, optionally with Basic auth."""
-
-    def __init__(self, basic_auth: tuple[str, str] | None = None) -> None:
-        self.basic_auth = basic_auth
-        self._tmp = tempfile.TemporaryDirectory(prefix="s2s-proxy-")
-        self.port = 0
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def __enter__(self) -> ProxyProcess:
-        port_file = Path(self._tmp.name) / "port"
-        args = [sys.executable, "-m", "proxy", "--hostname", "127.0.0.1", "--port", "0",
-                "--port-file", str(port_file), "--num-workers", "2", "--num-acceptors", "1",
-                "--log-level", "WARNING"]
-        if self.basic_auth:
-            args += ["--basic-auth", f"{self.basic_auth[0]}:{self.basic_auth[1]}"]
-        self._log = open(Path(self._tmp.name) / "log", "wb")
-        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if port_file.exists() and port_file.read_text().strip():
-                self.port = int(port_file.read_text().strip())
-                break
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"proxy.py exited: {self.log_text()}")
-            time.sleep(0.05)
-        else:
-            raise RuntimeError("proxy.py did not start")
-        # wait until it accepts connections
-        import socket
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        return self
-
-    def log_text(self) -> str:
-        return (Path(self._tmp.name) / "log").read_text(errors="replace")
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self._log.close()
-        self._tmp.cleanup()
 
 
 @dataclass

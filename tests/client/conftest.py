@@ -12,35 +12,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: serverproc
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # clienthelp
 
-from clienthelp import ProxyProcess
-from serverproc import ServerProcess
+from proxyproc import ProxyProcess
+from serverproc import server_fixtures
 
 PORT_ARGS = ("--input-port", "in", "--output-port", "out", "--route", "in=out",
              "--input-port", "in2", "--output-port", "out2")
 
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[ServerProcess]:
-    with ServerProcess(*PORT_ARGS) as srv:
-        yield srv
-
-
-@pytest.fixture
-def srv(server: ServerProcess) -> Iterator[ServerProcess]:
-    server.admin.reset()
-    yield server
-
-
-@pytest.fixture(scope="module")
-def tls_server() -> Iterator[ServerProcess]:
-    with ServerProcess(*PORT_ARGS, tls=True) as srv:
-        yield srv
-
-
-@pytest.fixture
-def tls_srv(tls_server: ServerProcess) -> Iterator[ServerProcess]:
-    tls_server.admin.reset()
-    yield tls_server
+server, srv, tls_server, tls_srv = server_fixtures(*PORT_ARGS)
 
 
 @pytest.fixture(scope="module")
