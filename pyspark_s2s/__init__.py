@@ -21,10 +21,26 @@ _LAZY = {
     "DataPacket": ("pyspark_s2s.protocol.codec", "DataPacket"),
 }
 
-__all__ = ["DataPacket", "SiteToSiteClient", "SiteToSiteClientConfig", "__version__"]
+__all__ = ["DataPacket", "DefaultSource", "SiteToSiteClient", "SiteToSiteClientConfig", "__version__"]
+
+
+def _default_source() -> Any:
+    # Spark's data source lookup does ``hasattr(module, "DefaultSource")`` on every installed
+    # ``pyspark_*`` module and lets any other exception escape, which would disable every
+    # Python data source on the machine: so a failing import becomes an AttributeError here.
+    try:
+        from pyspark_s2s.spark.datasource import DefaultSource
+    except Exception as exc:  # noqa: BLE001 - re-raised as the one type hasattr() handles
+        logging.getLogger(__name__).warning("nifi-s2s data source unavailable: %s", exc)
+        raise AttributeError(f"pyspark_s2s.DefaultSource is unavailable: {exc}") from exc
+    return DefaultSource
 
 
 def __getattr__(name: str) -> Any:
+    if name == "DefaultSource":
+        value = _default_source()
+        globals()[name] = value
+        return value
     target = _LAZY.get(name)
     if target is None:
         raise AttributeError(f"module 'pyspark_s2s' has no attribute {name!r}")

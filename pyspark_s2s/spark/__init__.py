@@ -1,0 +1,18 @@
+"""The PySpark data source ``nifi-s2s`` (Python Data Source API, pyspark >= 4.2).
+
+Owns: :class:`DefaultSource` (found by Spark's auto-registration through
+``pyspark_s2s.DefaultSource``; register it by hand for ``--py-files`` zips), the stream and batch
+readers (``spark.source``), the writers (``spark.sink``), the options (``spark.options``), the
+schema (``spark.schema``) and the staging area (``spark.staging``).
+
+This is the only package that imports pyspark. It is built on the client
+(:class:`~pyspark_s2s.client.SiteToSiteClient`); it never speaks HTTP itself.
+"""
+
+from __future__ import annotations
+
+from pyspark_s2s.spark.datasource import DefaultSource
+from pyspark_s2s.spark.options import SPARK_OPTIONS, SparkOptions
+from pyspark_s2s.spark.schema import SOURCE_SCHEMA
+
+__all__ = ["SOURCE_SCHEMA", "SPARK_OPTIONS", "DefaultSource", "SparkOptions"]

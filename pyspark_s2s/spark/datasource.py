@@ -1,0 +1,72 @@
+"""``DefaultSource``: the ``nifi-s2s`` data source Spark instantiates.
+
+Owns: the name, the source schema, option validation at query start (every reader/writer is
+built from :meth:`SparkOptions.parse`, so a bad option fails the query before any task runs),
+and the hand-off to the readers (``spark.source``) and writers (``spark.sink``).
+
+Must not import: the server. Readers and writers are imported when asked for, so a driver that
+only reads never imports the writer code and vice versa.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql.datasource import DataSource
+from pyspark.sql.types import StructType
+
+from pyspark_s2s.errors import ConfigError
+from pyspark_s2s.spark.options import SparkOptions
+from pyspark_s2s.spark.schema import SOURCE_SCHEMA
+
+__all__ = ["DefaultSource"]
+
+
+class DefaultSource(DataSource):
+    """Apache NiFi Site-to-Site: ``spark.readStream.format("nifi-s2s")`` reads an output port,
+    ``df.writeStream.format("nifi-s2s")`` writes to an input port (batch read/write too).
+
+    Options: ``docs/spark-options.md``; behaviour and guarantees: ``docs/spark.md``.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "nifi-s2s"
+
+    def schema(self) -> StructType:
+        return SOURCE_SCHEMA
+
+    def _options(self) -> SparkOptions:
+        return SparkOptions.parse(self.options)
+
+    @staticmethod
+    def _check_read_schema(schema: StructType) -> None:
+        if [f.name for f in schema.fields] != [f.name for f in SOURCE_SCHEMA.fields] or \
+                [f.dataType for f in schema.fields] != [f.dataType for f in SOURCE_SCHEMA.fields]:
+            raise ConfigError(
+                f"the nifi-s2s source has a fixed schema ({SOURCE_SCHEMA.simpleString()}); "
+                f"do not pass .schema(...) to the reader (got {schema.simpleString()})",
+                option="schema",
+            )
+
+    def reader(self, schema: StructType) -> Any:
+        from pyspark_s2s.spark.source import NiFiBatchReader
+
+        self._check_read_schema(schema)
+        return NiFiBatchReader(self._options(), schema)
+
+    def streamReader(self, schema: StructType) -> Any:  # noqa: N802 (Spark's name)
+        from pyspark_s2s.spark.source import NiFiStreamReader
+
+        self._check_read_schema(schema)
+        return NiFiStreamReader(self._options(), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> Any:
+        from pyspark_s2s.spark.sink import NiFiBatchWriter
+
+        return NiFiBatchWriter(self._options(), schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:  # noqa: N802 (Spark's name)
+        from pyspark_s2s.spark.sink import NiFiStreamWriter
+
+        return NiFiStreamWriter(self._options(), schema, overwrite)

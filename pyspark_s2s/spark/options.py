@@ -1,0 +1,243 @@
+"""Options of the ``nifi-s2s`` data source: the client's table, extended with the Spark rows.
+
+Owns: :data:`SPARK_OPTIONS` (every option the data source accepts: the client's
+:data:`~pyspark_s2s.client.config.OPTIONS` rows, unchanged, followed by the Spark-only rows),
+:class:`SparkOptions` (the parsed, validated, picklable result), and the generated options page
+``docs/spark-options.md`` (:func:`options_markdown`, :func:`update_doc`).
+
+One table, one parser: client options keep their names, aliases and parsers (the client's
+``Option`` rows are reused, not re-declared), and every name is resolved by the client's
+``resolve_option_names`` (case-insensitive, aliases, closest-name suggestion for unknown keys).
+
+Must not import: pyspark (this module is data and parsing only, so it is usable and testable
+without a SparkSession), the server.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from pyspark_s2s.client.config import (
+    OPTIONS as CLIENT_OPTIONS,
+)
+from pyspark_s2s.client.config import (
+    Option,
+    SiteToSiteClientConfig,
+    _default_text,
+    parse_duration,
+    parse_size,
+    resolve_option_names,
+)
+from pyspark_s2s.errors import ConfigError
+
+__all__ = [
+    "COMMIT_MODES",
+    "ROUTINGS",
+    "SPARK_ONLY_OPTIONS",
+    "SPARK_OPTIONS",
+    "SparkOptions",
+    "options_markdown",
+    "update_doc",
+]
+
+#: keys Spark itself may put into a data source's options; accepted and ignored
+SPARK_PASSTHROUGH = ("checkpointLocation", "queryName")
+
+COMMIT_MODES = ("task", "batch")
+ROUTINGS = ("weighted", "roundRobin", "attribute")
+
+
+def _positive_int(value: Any, option: str) -> int:
+    if isinstance(value, bool):
+        raise ConfigError(f"{option} must be a positive integer; got {value!r}", option=option)
+    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):
+        value = int(value)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{option} must be a positive integer; got {value!r}", option=option)
+    return value
+
+
+def _positive_size(value: Any, option: str) -> int:
+    size = parse_size(value, option=option)
+    if size < 1:
+        raise ConfigError(f"{option} must be greater than zero; got {value!r}", option=option)
+    return size
+
+
+def _duration(value: Any, option: str) -> float:
+    return parse_duration(value, option=option)
+
+
+def _location(value: Any, option: str) -> str:
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{option} must be a path or a filesystem URI (file://, hdfs://, s3://, gs://)",
+                          option=option)
+    text = value.strip()
+    if "://" not in text:
+        text = os.path.abspath(os.path.expanduser(text))
+    return text.rstrip("/") or "/"
+
+
+def _choice(choices: tuple[str, ...]) -> Any:
+    lowered = {c.lower(): c for c in choices}
+
+    def parse(value: Any, option: str) -> str:
+        if isinstance(value, str) and value.strip().lower() in lowered:
+            return lowered[value.strip().lower()]
+        raise ConfigError(f"{option} must be one of {', '.join(choices)}; got {value!r}", option=option)
+
+    return parse
+
+
+def _name(value: Any, option: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{option} must be a non-empty attribute name", option=option)
+    return value.strip()
+
+
+def _row(name: str, attr: str, parse: Any, default: Any, type_doc: str, doc: str, *aliases: str,
+         default_doc: str | None = None) -> Option:
+    return Option(name, attr, parse, default, doc, type_doc, tuple(aliases), False, default_doc)
+
+
+#: the rows only the data source has (source first, then sink)
+SPARK_ONLY_OPTIONS: tuple[Option, ...] = (
+    _row("stagingLocation", "staging_location", _location, None, "path or URI",
+         "Source. Where each partition's received FlowFiles are written (Arrow IPC, atomic rename) before "
+         "the NiFi transaction is confirmed, so a retried or restarted batch replays them instead of "
+         "losing them. Required for streaming reads. Any filesystem `pyarrow.fs` understands (local path, "
+         "`file://`, `hdfs://`, `s3://`, `gs://`); on a cluster it must be durable and shared by the driver "
+         "and all executors, and unique per query, like a checkpoint location. Staged data of a batch is "
+         "deleted once Spark has committed the batch."),
+    _row("maxFlowFilesPerTrigger", "max_flow_files_per_trigger", _positive_int, None, "integer",
+         "Source. At most this many FlowFiles per micro-batch (Spark's `ReadMaxRows` admission control), "
+         "split over the batch's partitions. Ignored by `Trigger.AvailableNow`'s final drain check only "
+         "when Spark asks for all available data.", "maxOffsetsPerTrigger", "maxRowsPerTrigger"),
+    _row("maxBytesPerTrigger", "max_bytes_per_trigger", _positive_size, None, "data size",
+         "Source. At most about this much content per micro-batch (Spark's `ReadMaxBytes`), split over the "
+         "partitions. NiFi checks the size after each FlowFile, so a partition may exceed its share by "
+         "less than one FlowFile."),
+    _row("minPartitions", "min_partitions", _positive_int, None, "integer",
+         "Source. Minimum number of partitions (Spark tasks, one NiFi transaction each) per micro-batch. "
+         "Without it every peer with a non-zero RECEIVE weight gets one partition; extra partitions go to "
+         "the busiest peers.", default_doc="one per peer"),
+    _row("idlePollInterval", "idle_poll_interval", _duration, 1.0, "duration",
+         "Source. After a micro-batch that found the port empty, wait this long before pulling again, so "
+         "an idle port costs at most one empty pull (and one offset-log entry) per interval.",
+         default_doc="1 sec"),
+    _row("commitMode", "commit_mode", _choice(COMMIT_MODES), "task", "task or batch",
+         "Sink. `task`: every task commits its own transactions (at least once; duplicates after a retry "
+         "carry de-duplication attributes). `batch`: tasks send and verify, the driver commits every "
+         "transaction of the micro-batch or cancels them all (all or nothing per batch, within the "
+         "server's transaction TTL)."),
+    _row("routing", "routing", _choice(ROUTINGS), "weighted", "weighted, roundRobin or attribute",
+         "Sink. How rows are spread over NiFi nodes: `weighted` (NiFi's SEND weighting: less loaded nodes "
+         "first), `roundRobin`, or `attribute` (consistent hashing of `routingAttribute`'s value: equal "
+         "values reach the same node)."),
+    _row("routingAttribute", "routing_attribute", _name, None, "string",
+         "Sink. The attribute whose value routes a row when `routing` is `attribute`."),
+)
+
+#: every option of the data source: the client's rows, then the Spark-only rows
+SPARK_OPTIONS: tuple[Option, ...] = CLIENT_OPTIONS + SPARK_ONLY_OPTIONS
+
+_CLIENT_ATTRS = frozenset(o.attr for o in CLIENT_OPTIONS)
+_SPARK_BY_ATTR = {o.attr: o for o in SPARK_ONLY_OPTIONS}
+
+
+@dataclass(frozen=True, repr=False)
+class SparkOptions:
+    """Parsed options of one read or write (picklable; secrets hidden in ``repr``)."""
+
+    client: SiteToSiteClientConfig
+    staging_location: str | None = None
+    max_flow_files_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
+    min_partitions: int | None = None
+    idle_poll_interval: float = 1.0
+    commit_mode: str = "task"
+    routing: str = "weighted"
+    routing_attribute: str | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> SparkOptions:
+        """Validate the options Spark passes (string values; names case-insensitive)."""
+        raw = resolve_option_names(dict(options), SPARK_OPTIONS, extra_known=SPARK_PASSTHROUGH)
+        client_raw = {k: v for k, v in raw.items() if k in _CLIENT_ATTRS}
+        spark: dict[str, Any] = {}
+        for attr, value in raw.items():
+            if attr in _CLIENT_ATTRS:
+                continue
+            opt = _SPARK_BY_ATTR[attr]
+            spark[attr] = opt.parse(value, opt.name)
+        client = SiteToSiteClientConfig(**client_raw)
+        if client.port_name is None and client.port_identifier is None:
+            raise ConfigError("portName (or portIdentifier) is required: the NiFi port to read from or "
+                              "write to", option="portName")
+        parsed = cls(client=client, **spark)
+        if parsed.routing == "attribute" and parsed.routing_attribute is None:
+            raise ConfigError("routing=attribute needs routingAttribute (the attribute whose value picks "
+                              "the node)", option="routingAttribute")
+        if parsed.routing_attribute is not None and parsed.routing != "attribute":
+            raise ConfigError("routingAttribute applies only with routing=attribute", option="routingAttribute")
+        return parsed
+
+    def require_staging(self) -> str:
+        """The staging location, or a ConfigError saying why a streaming read needs one."""
+        if self.staging_location is None:
+            raise ConfigError(
+                "stagingLocation is required for a streaming read: each partition writes what it "
+                "received there before confirming the NiFi transaction, so a failed or restarted batch "
+                "replays it instead of losing it (NiFi forgets FlowFiles once they are confirmed). Like "
+                "checkpointLocation it must be durable, shared by the driver and every executor, and "
+                "unique per query, e.g. .option('stagingLocation', '/chk/q1-staging')",
+                option="stagingLocation",
+            )
+        return self.staging_location
+
+    def __repr__(self) -> str:
+        parts = [f"client={self.client!r}"]
+        for f in fields(self):
+            if f.name == "client":
+                continue
+            value = getattr(self, f.name)
+            if value != f.default:
+                parts.append(f"{f.name}={value!r}")
+        return f"SparkOptions({', '.join(parts)})"
+
+
+# -- docs ------------------------------------------------------------------------------------
+
+
+def options_markdown() -> str:
+    """The options table of ``docs/spark-options.md`` (generated; a test keeps the page current)."""
+    lines = [
+        "| option | aliases | type | default | description |",
+        "|---|---|---|---|---|",
+    ]
+    for opt in SPARK_OPTIONS:
+        aliases = ", ".join(f"`{a}`" for a in opt.aliases if "_" not in a)
+        doc = opt.doc.replace("|", "\\|")
+        lines.append(f"| `{opt.name}` | {aliases} | {opt.type_doc} | {_default_text(opt)} | {doc} |")
+    return "\n".join(lines) + "\n"
+
+
+def update_doc(path: str) -> bool:
+    """Rewrite the generated table between the markers of ``path``; True if it changed."""
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    begin, end = "<!-- options:begin -->\n", "<!-- options:end -->"
+    i, j = text.index(begin) + len(begin), text.index(end)
+    new = text[:i] + options_markdown() + text[j:]
+    if new != text:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(new)
+    return new != text
