@@ -38,12 +38,15 @@ bench: check-java venv
 
 venv: $(STAMP)
 
+# editable_mode=compat puts the checkout itself on sys.path (a .pth line): Spark finds data
+# sources by listing the top-level modules named pyspark_* on sys.path, which the default
+# editable mode (an import hook) hides from it.
 $(STAMP): setup.cfg pyproject.toml | check-python
 	@if [ ! -x $(VPY) ] || ! $(VPY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then \
 		echo "creating $(VENV) with $$($(PYTHON) --version 2>&1)"; \
 		rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); \
 	fi
-	$(VPY) -m pip install -q -e '.[test]'
+	$(VPY) -m pip install -q -e '.[test]' --config-settings editable_mode=compat
 	@touch $@
 
 check-python:
