@@ -79,7 +79,7 @@ def test_send_twenty_then_receive_them():
         done = tx.complete()
     assert done.checksum == 1071206772 and done.response_code in (13, 14)
     with make_client("from-spark") as c:
-        c.send([({"s2s.test.run": run, "n": str(i)}, CONTENT) for i in range(20)])
+        c.send([(CONTENT, {"s2s.test.run": run, "n": str(i)}) for i in range(20)])
     got = drain_run(run, 20)
     assert sorted(int(p.attributes["n"]) for p in got) == list(range(20))
     assert all(p.content == CONTENT and p.attributes.get("uuid") for p in got)
@@ -89,7 +89,7 @@ def test_compressed_large_round_trip():
     run = str(uuid.uuid4())
     big = os.urandom(1 << 20) * 5
     with make_client("from-spark", useCompression=True) as c:
-        c.send([({"s2s.test.run": run}, big), ({"s2s.test.run": run}, b"small")])
+        c.send([big, b"small"], attributes={"s2s.test.run": run})
     got = drain_run(run, 2, useCompression=True)
     assert sorted(hashlib.sha256(p.content).hexdigest() for p in got) == sorted(
         hashlib.sha256(x).hexdigest() for x in (big, b"small"))
@@ -98,7 +98,7 @@ def test_compressed_large_round_trip():
 def test_cancel_returns_data_to_the_queue_and_arrow_receive():
     run = str(uuid.uuid4())
     with make_client("from-spark") as c:
-        c.send([({"s2s.test.run": run, "n": str(i)}, b"x" * 100) for i in range(50)])
+        c.send([(b"x" * 100, {"n": str(i)}) for i in range(50)], attributes={"s2s.test.run": run})
     time.sleep(1)
     with make_client("to-spark") as c:
         with c.create_transaction("receive") as rx:

@@ -317,16 +317,21 @@ class SiteToSiteClient:
             raise _result_error(resp, resp.body, f"PUT {handle.transaction_url} (extend TTL)", **ctx)
 
     # -- conveniences ------------------------------------------------------------------------
-    def send(self, packets: Iterable[tuple[Mapping[str, str] | None, Any] | bytes]) -> TransactionCompletion:
-        """Send ``(attributes, content)`` pairs (or bare contents) in one transaction and commit."""
+    def send(self, items: Iterable[Any], *, attributes: Mapping[str, str] | None = None
+             ) -> TransactionCompletion:
+        """Send FlowFiles in one transaction and commit; returns its :class:`TransactionCompletion`.
+
+        Each item is a ``(content, attributes)`` pair -- the order of :meth:`SendTransaction.send`
+        -- or a bare content (bytes, str or a binary file-like object). ``attributes=`` is added to
+        every FlowFile (an item's own attributes win). A pair whose first element is a mapping (the
+        ``(attributes, content)`` order of earlier versions) raises ``TypeError``.
+        """
+        common = dict(attributes or {})
         with self.create_transaction(Direction.SEND) as tx:
             assert isinstance(tx, SendTransaction)
-            for item in packets:
-                if isinstance(item, (bytes, bytearray, memoryview, str)):
-                    tx.send(item)
-                else:
-                    attrs, content = item
-                    tx.send(content, attrs)
+            for item in items:
+                content, own = _send_item(item)
+                tx.send(content, {**common, **(own or {})} if common else own)
             tx.confirm()
             return tx.complete()
 
@@ -363,3 +368,18 @@ class SiteToSiteClient:
 
     def __repr__(self) -> str:
         return f"SiteToSiteClient({self.config!r})"
+
+
+def _send_item(item: Any) -> tuple[Any, Mapping[str, str] | None]:
+    """(content, attributes) of one item of :meth:`SiteToSiteClient.send`."""
+    if isinstance(item, tuple):
+        if len(item) != 2:
+            raise TypeError(f"send() items are (content, attributes) pairs or bare contents; got a {len(item)}-tuple")
+        content, attrs = item
+        if isinstance(content, Mapping):
+            raise TypeError("send() items are (content, attributes) pairs, in the order of "
+                            "SendTransaction.send(content, attributes); got (attributes, content)")
+        if attrs is not None and not isinstance(attrs, Mapping):
+            raise TypeError(f"send() item attributes must be a mapping or None, not {type(attrs).__name__}")
+        return content, attrs
+    return item, None

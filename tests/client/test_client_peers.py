@@ -69,7 +69,7 @@ def test_send_spreads_over_nodes(cluster):
     with SiteToSiteClient(url=cluster.url, portName="in") as c:
         seen = set()
         for i in range(30):
-            done = c.send([({"i": str(i)}, b"x")])
+            done = c.send([(b"x", {"i": str(i)})])
             seen.add(done.peer)
     assert len(seen) >= 2
     assert sum(cluster.admin.queued("out", node=k) for k in range(3)) == 30
@@ -100,7 +100,7 @@ def test_dead_bootstrap_node_then_nothing_then_back(cluster, tmp_path: Path):  #
         assert c.refresh_peers() is True
         live = {p.port for p, _ in c.peer_statuses("send")}
         assert _port(cluster.urls[0]) not in live and len(live) == 2
-        done = c.send([({}, b"while node 0 is down")])
+        done = c.send([b"while node 0 is down"])
         assert _port(done.peer) != _port(cluster.urls[0])
         # nothing usable: every live node fails the creation (the admin API needs a live node,
         # so "unreachable" is played by a 500 on every node)
@@ -113,7 +113,7 @@ def test_dead_bootstrap_node_then_nothing_then_back(cluster, tmp_path: Path):  #
         time.sleep(0.3)
         assert c.refresh_peers() is True
         assert _port(cluster.urls[0]) in {p.port for p, _ in c.peer_statuses("send")}
-        assert c.send([({}, b"back")]).flow_files == 1
+        assert c.send([b"back"]).flow_files == 1
 
 
 def test_persistence_file_survives_a_dead_bootstrap(cluster, tmp_path: Path):  # item 39
@@ -129,7 +129,7 @@ def test_persistence_file_survives_a_dead_bootstrap(cluster, tmp_path: Path):  #
     # a fresh client: the bootstrap URL is dead from the start, the stored peers carry it
     with SiteToSiteClient(url=cluster.url, portIdentifier=cluster.port_id("in"),
                           peerPersistenceFile=str(pfile), timeout="2 sec") as c:
-        done = c.send([({}, b"via a stored peer")])
+        done = c.send([b"via a stored peer"])
         assert _port(done.peer) in (_port(cluster.urls[1]), _port(cluster.urls[2]))
     cluster.admin.start_node(0)
 
@@ -139,7 +139,7 @@ def test_persistence_file_with_wrong_protocol_is_ignored(cluster, tmp_path: Path
     pfile.write_text(f"RAW\nRemote Instance URIs: {cluster.api(0)}\nnowhere.invalid:1:false:true\n")
     with SiteToSiteClient(url=cluster.url, portName="in", peerPersistenceFile=str(pfile)) as c:
         assert all(p.hostname == "127.0.0.1" for p, _ in c.peer_statuses("send"))
-        assert c.send([({}, b"x")]).flow_files == 1
+        assert c.send([b"x"]).flow_files == 1
     assert pfile.read_text().startswith("HTTP\n")
 
 
@@ -165,7 +165,7 @@ def test_peer_address_mapping(cluster):
                           peerAddressMap=mapping) as c:
         info = c.site_info()
         assert info.active_url == f"http://nifi-0.cluster.invalid:{p0}/nifi-api"
-        assert c.send([({}, b"mapped")]).flow_files == 1
+        assert c.send([b"mapped"]).flow_files == 1
     with SiteToSiteClient(url=f"http://nifi-0.cluster.invalid:{p0}/nifi", portName="in", timeout="2 sec") as c:
         with pytest.raises(Exception, match="nifi-0.cluster.invalid"):
             c.site_info()

@@ -24,7 +24,7 @@ def tls_opts(srv, kind: str = "pem") -> dict:
 
 
 def roundtrip(c_send: SiteToSiteClient, c_recv: SiteToSiteClient, n: int = 20) -> None:
-    done = c_send.send([(JAVA_ORDER_ATTRS, CLIENT_CONTENT)] * n)
+    done = c_send.send([(CLIENT_CONTENT, JAVA_ORDER_ATTRS)] * n)
     assert done.checksum == 1071206772 if n == 20 else True
     packets, got = c_recv.receive()
     assert len(packets) == n and packets[0].content == CLIENT_CONTENT
@@ -43,7 +43,7 @@ def test_https_send_receive(tls_srv, kind):  # items 7 (HTTPS), 15 (HTTPS)
 
 def test_https_large_and_compressed(tls_srv):  # item 10 (HTTPS)
     with SiteToSiteClient(url=tls_srv.url, portName="in", useCompression=True, **tls_opts(tls_srv)) as c:
-        assert c.send([(JAVA_ORDER_ATTRS, b"a" * 10000)]).checksum == 1527414060
+        assert c.send([(b"a" * 10000, JAVA_ORDER_ATTRS)]).checksum == 1527414060
 
 
 def test_wrong_pkcs12_password_names_the_option_not_the_secret(tls_srv):
@@ -84,7 +84,7 @@ def test_send_receive_through_proxy(srv, proxy):  # items 7, 10, 15 via proxy
     with SiteToSiteClient(url=srv.url, portName="in", **opts) as s, \
             SiteToSiteClient(url=srv.url, portName="out", **opts) as r:
         roundtrip(s, r)
-        assert s.send([(JAVA_ORDER_ATTRS, b"a" * 10000)]).checksum == 1527414060
+        assert s.send([(b"a" * 10000, JAVA_ORDER_ATTRS)]).checksum == 1527414060
 
 
 def test_send_receive_through_auth_proxy(srv, auth_proxy):  # item 7 (proxy auth), 15
@@ -151,7 +151,7 @@ def test_secrets_not_in_debug_logs(tls_srv, auth_proxy, caplog):
     opts = {"proxyHost": "127.0.0.1", "proxyPort": auth_proxy.port, "proxyUsername": "proxyuser",
             "proxyPassword": "proxy-secret-pw", **tls_opts(tls_srv, "pkcs12")}
     with SiteToSiteClient(url=tls_srv.url, portName="in", **opts) as c:
-        c.send([({}, b"logged")])
+        c.send([b"logged"])
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "proxy-secret-pw" not in text and tls_srv.client_p12_password not in text
     assert "cHJveHl1c2VyOnByb3h5LXNlY3JldC1wdw" not in text  # base64 of the credentials
@@ -163,7 +163,7 @@ def test_address_mapping_keeps_tls_name_checks(tls_srv):
     with SiteToSiteClient(url=f"https://localhost:{port}/nifi", portName="in", peerAddressMap=ok,
                           **tls_opts(tls_srv)) as c:
         assert c.site_info().active_url == f"https://localhost:{port}/nifi-api"
-        assert c.send([({}, b"mapped over TLS")]).flow_files == 1
+        assert c.send([b"mapped over TLS"]).flow_files == 1
     wrong = f"nifi.example.invalid:{port}=127.0.0.1:{port}"
     with SiteToSiteClient(url=f"https://nifi.example.invalid:{port}/nifi", portName="in", peerAddressMap=wrong,
                           timeout="5 sec", **tls_opts(tls_srv)) as c:
@@ -193,7 +193,7 @@ def test_combined_encrypted_pem_keystore_and_pkcs12_truststore(tls_srv, tmp_path
                           keystorePassword="pem-pass-1", truststoreFilename=str(trust),
                           truststorePassword="trust-pass-1") as c:
         assert c.config.keystore_type == "PEM" and c.config.truststore_type == "PKCS12"
-        assert c.send([({}, b"pem+p12")]).flow_files == 1
+        assert c.send([b"pem+p12"]).flow_files == 1
     with pytest.raises(ConfigError) as info:
         SiteToSiteClient(url=tls_srv.url, portName="in", keystoreFilename=str(combined),
                          keystorePassword="wrong-pem-pass", truststoreFilename=str(trust),
@@ -221,4 +221,4 @@ def test_port_policy_refusal_tries_other_peers_and_is_not_retriable():
         text = str(info.value)
         assert text.count("HTTP 401, response code 240") == 2  # both nodes were tried, once each
         with SiteToSiteClient(url=srv.url, portName="in2", **opts) as c:
-            assert c.send([({"k": "v"}, b"allowed")]).flow_files == 1
+            assert c.send([(b"allowed", {"k": "v"})]).flow_files == 1

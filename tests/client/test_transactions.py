@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import zlib
 
 import pytest
@@ -280,7 +281,7 @@ def test_batch_count_hint(srv):
 
 def test_round_trip_convenience_and_many_small(srv):
     with client(srv) as c:
-        done = c.send(({"i": str(i)}, f"payload {i}".encode()) for i in range(5000))
+        done = c.send((f"payload {i}".encode(), {"i": str(i)}) for i in range(5000))
     assert done.flow_files == 5000
     # one upload request carried them all
     txs = [t for t in srv.admin.transactions() if t["direction"] == "send"]
@@ -298,7 +299,7 @@ def test_one_client_shared_by_threads(srv):
         def worker(k: int) -> None:
             try:
                 for i in range(10):
-                    c.send([({"k": str(k), "i": str(i)}, b"t")])
+                    c.send([(b"t", {"k": str(k), "i": str(i)})])
             except BaseException as exc:  # noqa: BLE001 (reported by the assert below)
                 errors.append(exc)
 
@@ -377,3 +378,20 @@ def test_unknown_port_name_refreshes_cached_site_info():
             tx.confirm()
             assert tx.complete().flow_files == 1
             assert srv.admin.queued("late") == 1
+
+
+def test_convenience_send_takes_content_first_and_common_attributes(srv):
+    with client(srv) as c:
+        done = c.send([(b"one", {"n": "1", "k": "own"}), b"two", io.BytesIO(b"three")], attributes={"k": "common"})
+    assert done.flow_files == 3
+    with client(srv, port="out") as c:
+        packets, _ = c.receive()
+    assert [p.content for p in packets] == [b"one", b"two", b"three"]
+    assert [(p.attributes.get("n"), p.attributes["k"]) for p in packets] == [("1", "own"), (None, "common"),
+                                                                              (None, "common")]
+
+
+def test_convenience_send_refuses_the_old_attributes_first_order(srv):
+    with client(srv) as c, pytest.raises(TypeError, match=r"\(content, attributes\)"):
+        c.send([({"n": "1"}, b"one")])
+    assert srv.admin.queued("out") == 0
