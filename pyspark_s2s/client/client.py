@@ -30,6 +30,7 @@ from pyspark_s2s.client.transaction import (
     _result_error,
 )
 from pyspark_s2s.errors import (
+    ChecksumMismatch,
     ConfigError,
     NoPeerAvailableError,
     PortNotRunningError,
@@ -147,6 +148,12 @@ class SiteToSiteClient:
                       ) -> list[tuple[PeerStatus, float]]:
         """Known peers with their selection weight for ``direction`` (penalized peers: 0)."""
         return self._parts()[2].statuses(Direction.parse(direction), refresh=refresh)
+
+    def penalize(self, peer: PeerStatus | str, seconds: float | None = None) -> None:
+        """Skip ``peer`` (a :class:`PeerStatus` or ``"host:port"``) for ``seconds`` (default
+        ``penalizationPeriod``) in peer selection and in :meth:`peer_statuses` weights."""
+        peers = self._parts()[2]
+        peers.penalize(self._explicit_peer(peer, peers), seconds)
 
     def refresh_peers(self) -> bool:
         """Fetch the peer list now; False when no peer answered (the old list is kept)."""
@@ -303,6 +310,29 @@ class SiteToSiteClient:
             flow_files=handle.flow_files, bytes=handle.bytes, backoff=result.response_code == 14,
             duration=time.monotonic() - started, peer=handle.peer, transaction_url=handle.transaction_url,
             response_code=result.response_code, checksum=handle.checksum)
+
+    def confirm_receive(self, handle: TransactionHandle) -> int:
+        """Confirm a receive transaction by its handle (DELETE responseCode=12&checksum=C).
+
+        For a caller that received all data (``ReceiveTransaction.handle()``) and must finish the
+        two-phase commit later or from another process. Returns the FlowFile count the server
+        committed. The server compares checksums: a mismatch raises :class:`ChecksumMismatch`
+        (the server rolled back); a transaction the server no longer knows (committed already,
+        or expired and rolled back) raises :class:`TransactionNotFoundError` (HTTP 404).
+        """
+        resp, ctx = self._handle_request(
+            "DELETE", handle, f"?responseCode={int(ResponseCode.CONFIRM_TRANSACTION)}&checksum={handle.checksum}")
+        result = TransactionResult.parse(resp.body)
+        if result.response_code == ResponseCode.BAD_CHECKSUM:
+            raise ChecksumMismatch(
+                f"Received a BadChecksum response from peer: our CRC32 was {handle.checksum}"
+                + (f" ({result.message})" if result.message else ""), http_status=resp.status, **ctx)
+        if resp.status != 200:
+            raise _result_error(resp, resp.body, f"confirm DELETE {handle.transaction_url}", **ctx)
+        if result.response_code != ResponseCode.CONFIRM_TRANSACTION:
+            raise ProtocolError(f"confirm answered response code {result.response_code}; expected 12",
+                                http_status=200, response_code=result.response_code, **ctx)
+        return result.flow_files_sent
 
     def cancel(self, handle: TransactionHandle) -> None:
         """Cancel a detached transaction (DELETE responseCode=15); an expired one is fine."""

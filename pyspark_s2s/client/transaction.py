@@ -1053,6 +1053,18 @@ class ReceiveTransaction(_Transaction):
         self._result_code = code
         self._handle(ClientEvent.CONFIRM)
 
+    def handle(self) -> TransactionHandle:
+        """A picklable handle of this transaction once all its data was received (its URL, peer
+        and our checksum), so the confirm can be sent later or by another process with
+        :meth:`SiteToSiteClient.confirm_receive`. The transaction itself stays usable."""
+        with self._lock:
+            if self._machine.state is not ClientState.DATA_RECEIVED:
+                raise TransactionStateError(
+                    f"a receive transaction has a handle once all data is received (state {self.state.name})",
+                    **self._ctx())
+        return TransactionHandle(self.transaction_url, self.peer_url, self.port_id, self.ttl_seconds,
+                                 self.flow_files, self.bytes, self.checksum)
+
     def complete(self) -> TransactionCompletion:
         """Finish locally (the server committed at confirm)."""
         self._handle(ClientEvent.COMPLETE)

@@ -1,0 +1,500 @@
+"""The ``nifi-s2s`` source: NiFi output ports into Spark, exactly once with replay.
+
+Owns: :class:`NiFiStreamReader` (driver: plans, idle back-off, ``Trigger.AvailableNow``,
+admission control, clean-up of staged data; executors: :func:`read_partition`),
+:class:`NiFiBatchReader` (``spark.read``) and :class:`NiFiPartition`.
+
+How a partition is read (``read_partition``; DESIGN.md §2, docs/spark.md):
+
+1. its manifest in the staging area says ``confirmed`` → replay the staged data;
+2. it says ``pending`` (staged, but the confirm's outcome is unknown) → finish the two-phase
+   commit now (DELETE responseCode=12 with the staged checksum); a 404 soon after staging means
+   the earlier confirm went through; a 404 later than half the TTL is ambiguous and resolved
+   towards a duplicate, never a loss; then replay;
+3. otherwise receive from the planned peer (another one when it is unreachable), write the Arrow
+   batches to a new staged file (fsync + atomic rename), write a ``pending`` manifest, confirm the
+   NiFi transaction, mark the manifest ``confirmed``, and only then yield rows.
+
+A crash before the confirm leaves the NiFi transaction unconfirmed: NiFi rolls it back after its
+TTL and the retry pulls again. A crash after it replays the staged rows.
+
+Must not import: the server. Talks to NiFi only through :class:`SiteToSiteClient`.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from pyspark_s2s.client import SiteToSiteClient
+from pyspark_s2s.client.client import _raises_at_once
+from pyspark_s2s.errors import (
+    ChecksumMismatch,
+    S2SError,
+    TransactionNotFoundError,
+)
+from pyspark_s2s.protocol.codes import Direction
+from pyspark_s2s.spark.options import SparkOptions
+from pyspark_s2s.spark.planning import (
+    INITIAL_OFFSET,
+    make_offset,
+    make_plan,
+    partitions_of,
+)
+from pyspark_s2s.spark.schema import arrow_source_schema, to_output_batch
+from pyspark_s2s.spark.staging import StagingArea, batch_scope
+
+__all__ = ["NiFiBatchReader", "NiFiPartition", "NiFiStreamReader", "read_partition"]
+
+logger = logging.getLogger(__name__)
+
+#: rows / bytes per record batch taken from the client's Arrow receive path
+_BATCH_ROWS = 65536
+_BATCH_BYTES = 64 << 20
+#: per-partition FlowFile cap of Trigger.AvailableNow when nothing else bounds a pull and the
+#: backlog is unknown (NiFi standalone reports no queue counts): it makes "the port ran dry"
+#: visible as a pull that came up short of its cap
+AVAILABLE_NOW_DEFAULT_CAP = 10000
+_MANIFEST_VERSION = 1
+
+
+@dataclass(frozen=True)
+class NiFiPartition(InputPartition):
+    """One Spark task: one NiFi receive transaction (or the replay of its staged data)."""
+
+    scope: str  #: staging directory (``batch-<N>`` or ``read-<uuid>``)
+    index: int
+    peer: str  #: planned peer, ``host:port``
+    max_flow_files: int = 0
+    max_bytes: int = 0
+    staged: bool = True  #: False only for a batch read without stagingLocation
+    value: Any = field(default=None, compare=False, repr=False)
+
+
+# -- executor side -------------------------------------------------------------------------------
+
+
+def _with_prefix(exc: S2SError, prefix: str) -> S2SError:
+    """The same error with ``prefix`` in front of its message (context fields kept)."""
+    new = copy.copy(exc)
+    new.message = f"{prefix}: {exc.message}"
+    new.args = (new.message,)
+    return new
+
+
+def _partition_client(opts: SparkOptions, part: NiFiPartition) -> SiteToSiteClient:
+    changes: dict[str, Any] = {}
+    if part.max_flow_files:
+        changes["batch_count"] = part.max_flow_files
+    if part.max_bytes:
+        changes["batch_size"] = part.max_bytes
+    return SiteToSiteClient(opts.client.replace(**changes) if changes else opts.client)
+
+
+def _open(client: SiteToSiteClient, part: NiFiPartition) -> Any:
+    """A receive transaction on the planned peer, or on another one if that one is unreachable."""
+    try:
+        return client.create_transaction(Direction.RECEIVE, peer=part.peer)
+    except S2SError as exc:
+        if _raises_at_once(exc):
+            raise
+        logger.warning("partition %s/%d: planned peer %s failed (%s); choosing another peer",
+                       part.scope, part.index, part.peer, exc)
+        return client.create_transaction(Direction.RECEIVE)
+
+
+def _limits(client: SiteToSiteClient) -> tuple[int, int]:
+    cfg = client.config
+    return int(cfg.batch_count or 0), int(cfg.batch_size or 0)
+
+
+def _replay(staging: StagingArea, manifest: dict[str, Any], schema: Any) -> Iterator[Any]:
+    if not manifest["rows"]:
+        return
+    for batch in staging.read_data(manifest["scope"], manifest["data"]):
+        yield to_output_batch(batch, schema, peer=manifest["peer"], transaction_id=manifest["transactionId"],
+                              received_at_us=manifest["receivedAtMicros"])
+
+
+def _resolve_pending(opts: SparkOptions, staging: StagingArea, m: dict[str, Any]) -> dict[str, Any] | None:
+    """Finish the two-phase commit of a staged partition whose confirm outcome is unknown.
+
+    Returns the confirmed manifest, or None when the server rolled the transaction back (the
+    staged data is then deleted and the partition is pulled again).
+    """
+    from pyspark_s2s.client import TransactionHandle
+
+    handle = TransactionHandle(m["transactionUrl"], m["peerUrl"], m["portId"], m["ttl"], m["rows"],
+                               m["bytes"], m["checksum"])
+    client = SiteToSiteClient(opts.client)
+    try:
+        client.confirm_receive(handle)
+        m["resolution"] = "confirmed on retry"
+    except TransactionNotFoundError:
+        elapsed = time.time() - m["stagedAt"]
+        if elapsed < m["ttl"] / 2 - 1:
+            # the server cannot have expired it yet: the earlier confirm went through
+            m["resolution"] = "confirm had succeeded"
+        else:
+            # committed earlier, or expired and rolled back: NiFi cannot tell us which. Keep the
+            # rows (a possible duplicate) rather than drop them (a possible loss).
+            logger.warning(
+                "partition %s/%d: transaction %s is unknown to %s %.0f s after staging (TTL %d s); "
+                "its confirm outcome cannot be known, so the staged FlowFiles are kept (they may "
+                "arrive again if NiFi had rolled the transaction back)",
+                m["scope"], m["partition"], handle.transaction_id, handle.peer, elapsed, m["ttl"])
+            m["resolution"] = "ambiguous: kept"
+    except ChecksumMismatch:
+        staging.delete_partition(m["scope"], m["partition"], m["data"])
+        return None
+    finally:
+        client.close()
+    m["state"] = "confirmed"
+    staging.write_manifest(m["scope"], m["partition"], m)
+    return m
+
+
+def read_partition(opts: SparkOptions, schema: Any, part: NiFiPartition,
+                   staging: StagingArea | None) -> Iterator[Any]:
+    """Rows of one partition as record batches of exactly ``schema`` (see the module doc)."""
+    where = f"nifi-s2s partition {part.index} of {part.scope} (peer {part.peer}, port {opts.client.port})"
+    try:
+        if staging is not None:
+            yield from _read_staged(opts, schema, part, staging)
+        else:
+            yield from _read_direct(opts, schema, part)
+    except S2SError as exc:
+        raise _with_prefix(exc, where) from None
+
+
+def _read_direct(opts: SparkOptions, schema: Any, part: NiFiPartition) -> Iterator[Any]:
+    """Batch read without staging: rows are yielded as they arrive, and the transaction is
+    confirmed after the last one (canceled if the task stops early or fails)."""
+    client = _partition_client(opts, part)
+    try:
+        with _open(client, part) as tx:
+            received_at = int(time.time() * 1e6)
+            while True:
+                batch = tx.receive_record_batch(_BATCH_ROWS, _BATCH_BYTES)
+                if batch is None:
+                    break
+                yield to_output_batch(batch, schema, peer=f"{tx.peer.hostname}:{tx.peer.port}",
+                                      transaction_id=tx.transaction_id, received_at_us=received_at)
+            tx.confirm()
+            tx.complete()
+    finally:
+        client.close()
+
+
+def _read_staged(opts: SparkOptions, schema: Any, part: NiFiPartition, staging: StagingArea) -> Iterator[Any]:
+    m = staging.manifest(part.scope, part.index)
+    if m is not None and m["state"] == "pending":
+        m = _resolve_pending(opts, staging, m)
+    if m is not None:
+        logger.info("partition %s/%d: replaying %d staged FlowFiles", part.scope, part.index, m["rows"])
+    else:
+        m = _pull_and_stage(opts, part, staging)
+    yield from _replay(staging, m, schema)
+
+
+def _pull_and_stage(opts: SparkOptions, part: NiFiPartition, staging: StagingArea) -> dict[str, Any]:
+    """Receive one transaction into the staging area and confirm it; returns its manifest."""
+    from pyspark_s2s.client.arrow import ARROW_SCHEMA
+
+    client = _partition_client(opts, part)
+    staged = None
+    try:
+        tx = _open(client, part)
+        limit_rows, limit_bytes = _limits(client)
+        manifest: dict[str, Any] = {
+            "version": _MANIFEST_VERSION, "scope": part.scope, "partition": part.index,
+            "plannedPeer": part.peer, "peer": f"{tx.peer.hostname}:{tx.peer.port}", "peerUrl": tx.peer_url,
+            "portId": tx.port_id, "transactionUrl": tx.transaction_url, "transactionId": tx.transaction_id,
+            "ttl": tx.ttl_seconds, "limitFlowFiles": limit_rows, "limitBytes": limit_bytes,
+            "rows": 0, "bytes": 0, "data": None, "checksum": 0,
+        }
+        with tx:
+            while True:
+                batch = tx.receive_record_batch(_BATCH_ROWS, _BATCH_BYTES)
+                if batch is None:
+                    break
+                if staged is None:
+                    staged = staging.open_data(part.scope, part.index, ARROW_SCHEMA)
+                staged.write(batch)
+            manifest["receivedAtMicros"] = int(time.time() * 1e6)
+            manifest["rows"], manifest["bytes"] = tx.flow_files, tx.bytes
+            if staged is None:  # the port had nothing for us: no transaction to confirm
+                tx.confirm()
+                tx.complete()
+                manifest["state"] = "confirmed"
+                staging.write_manifest(part.scope, part.index, manifest)
+                return manifest
+            staged.commit()
+            manifest["data"] = staged.name
+            manifest["checksum"] = tx.checksum
+            other = staging.manifest(part.scope, part.index)
+            if other is not None:
+                # another attempt of this partition (a zombie task) staged first: give our
+                # FlowFiles back to NiFi and use theirs
+                tx.cancel("another attempt of this partition already staged its data")
+                staging.fs.delete_file(staging.path(part.scope, staged.name))
+                resolved = _resolve_pending(opts, staging, other) if other["state"] == "pending" else other
+                if resolved is None:
+                    raise S2SError("a concurrent attempt's staged data was rolled back; retry the partition",
+                                   retriable=True)
+                return resolved
+            manifest["state"] = "pending"
+            manifest["stagedAt"] = time.time()
+            staging.write_manifest(part.scope, part.index, manifest)
+            try:
+                tx.confirm()
+            except S2SError as exc:
+                if exc.http_status is not None:
+                    # the server answered (bad checksum, transaction expired): it rolled back
+                    staging.delete_partition(part.scope, part.index, staged.name)
+                    raise
+                raise _with_prefix(exc, "the confirm's outcome is unknown; the staged FlowFiles are kept "
+                                        "and the retried task settles the transaction") from None
+            manifest["state"] = "confirmed"
+            staging.write_manifest(part.scope, part.index, manifest)
+            tx.complete()
+            return manifest
+    except BaseException:
+        if staged is not None:
+            staged.discard()
+        raise
+    finally:
+        client.close()
+
+
+# -- driver side ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _BatchSummary:
+    rows: int
+    partitions: int
+    all_short: bool  #: every partition got less than a limit it had (its node ran dry)
+    fallbacks: list[tuple[str, str]]  #: (planned peer, peer used instead)
+
+
+def _summarize(manifests: list[dict[str, Any]]) -> _BatchSummary:
+    rows = sum(int(m.get("rows", 0)) for m in manifests)
+    all_short = True
+    fallbacks = []
+    for m in manifests:
+        r, b = int(m.get("rows", 0)), int(m.get("bytes", 0))
+        lr, lb = int(m.get("limitFlowFiles", 0)), int(m.get("limitBytes", 0))
+        short = r == 0 or ((lr or lb) and (not lr or r < lr) and (not lb or b < lb))
+        all_short = all_short and bool(short)
+        if m.get("plannedPeer") and m.get("peer") and m["plannedPeer"] != m["peer"]:
+            fallbacks.append((m["plannedPeer"], m["peer"]))
+    return _BatchSummary(rows, len(manifests), all_short, fallbacks)
+
+
+class _Driver:
+    """What the long-lived driver-side reader keeps between calls (never pickled)."""
+
+    def __init__(self, opts: SparkOptions) -> None:
+        self.client = SiteToSiteClient(opts.client)
+        self.summaries: dict[int, _BatchSummary | None] = {}
+        self.empty_seen: dict[int, float] = {}
+        self.planned = False
+        self.available_now = False
+        self.backlog: int | None = None
+        self.first_batch: int | None = None
+        self.last_warning = 0.0
+
+
+class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Streaming reads of one NiFi output port (see the module doc and docs/spark.md)."""
+
+    def __init__(self, opts: SparkOptions, schema: StructType) -> None:
+        self._opts = opts
+        self._schema = schema
+        self._staging = StagingArea(opts.require_staging())
+        self._driver: _Driver | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_driver"] = None
+        return state
+
+    # -- driver --------------------------------------------------------------------------------
+    def _state(self) -> _Driver:
+        if self._driver is None:
+            self._driver = _Driver(self._opts)
+        return self._driver
+
+    def initialOffset(self) -> dict[str, Any]:  # noqa: N802 (Spark's name)
+        return make_offset(INITIAL_OFFSET["batch"], [])
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
+        if self._opts.max_flow_files_per_trigger:
+            return ReadMaxRows(self._opts.max_flow_files_per_trigger)
+        if self._opts.max_bytes_per_trigger:
+            return ReadMaxBytes(self._opts.max_bytes_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+        st = self._state()
+        st.available_now = True
+        try:
+            counts = [peer.flow_file_count for peer, _ in st.client.peer_statuses(Direction.RECEIVE, refresh=True)]
+        except S2SError as exc:
+            raise _with_prefix(exc, "nifi-s2s: Trigger.AvailableNow could not list the NiFi peers") from None
+        total = sum(counts)
+        st.backlog = total if total > 0 else None
+        logger.info("Trigger.AvailableNow: %s FlowFiles queued on the peers at start",
+                    st.backlog if st.backlog is not None else "an unknown number of")
+
+    def _summary(self, batch: int) -> _BatchSummary | None:
+        st = self._state()
+        if batch not in st.summaries:
+            manifests = self._staging.manifests(batch_scope(batch))
+            st.summaries[batch] = _summarize(manifests) if manifests is not None else None
+            summary = st.summaries[batch]
+            if summary is not None:
+                for planned, used in summary.fallbacks:
+                    logger.info("batch %d: planned peer %s was replaced by %s; penalizing it", batch, planned, used)
+                    st.client.penalize(planned)
+        return st.summaries[batch]
+
+    def _drained(self, batch: int, summary: _BatchSummary | None) -> bool:
+        """Trigger.AvailableNow: is what the port held at the start read?"""
+        st = self._state()
+        if summary is None or st.first_batch is None or batch < st.first_batch:
+            return False
+        if summary.rows == 0 or summary.all_short:
+            return True
+        if st.backlog is not None:
+            pulled = sum(s.rows for n, s in st.summaries.items() if n >= st.first_batch and s is not None)
+            return pulled >= st.backlog
+        return False
+
+    def _caps(self, limit: ReadLimit) -> tuple[int | None, int | None]:
+        if isinstance(limit, ReadAllAvailable):
+            return None, None
+        rows = self._opts.max_flow_files_per_trigger
+        size = self._opts.max_bytes_per_trigger
+        if isinstance(limit, ReadMaxRows):
+            rows = limit.max_rows
+        elif isinstance(limit, ReadMaxBytes):
+            size = limit.max_bytes
+        return rows, size
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802
+        st = self._state()
+        n = int(start["batch"])
+        if n >= 0:
+            summary = self._summary(n)
+            if st.available_now and self._drained(n, summary):
+                return start
+            if summary is not None and summary.rows == 0 and not st.available_now:
+                seen = st.empty_seen.setdefault(n, time.monotonic())
+                if time.monotonic() - seen < self._opts.idle_poll_interval:
+                    return start
+        rows, size = self._caps(limit)
+        if st.available_now and st.backlog is None and not rows and not size and \
+                not self._opts.client.batch_count and not self._opts.client.batch_size:
+            rows = AVAILABLE_NOW_DEFAULT_CAP
+        try:
+            weights = [(f"{p.hostname}:{p.port}", w)
+                       for p, w in st.client.peer_statuses(Direction.RECEIVE)]
+        except S2SError as exc:
+            if not st.planned:
+                raise _with_prefix(exc, f"nifi-s2s: cannot plan a batch for port {self._opts.client.port}") from None
+            self._warn(f"cannot refresh the NiFi peers ({exc}); trying again")
+            return start
+        plan = make_plan(weights, min_partitions=self._opts.min_partitions,
+                         max_flow_files=rows if rows else None, max_bytes=size if size else None)
+        if not plan:
+            self._warn("no NiFi peer can be read from now (all penalized or none listed); waiting")
+            return start
+        st.planned = True
+        if st.available_now and st.first_batch is None:
+            st.first_batch = n + 1
+        offset = make_offset(n + 1, plan)
+        logger.debug("planned batch %d: %s", n + 1, offset["plan"])
+        return offset
+
+    def _warn(self, message: str) -> None:
+        st = self._state()
+        now = time.monotonic()
+        if now - st.last_warning > 30:
+            st.last_warning = now
+            logger.warning("nifi-s2s source (port %s): %s", self._opts.client.port, message)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[NiFiPartition]:
+        if int(end["batch"]) == int(start["batch"]):
+            return []
+        scope = batch_scope(int(end["batch"]))
+        return [NiFiPartition(scope, p.index, p.peer, p.max_flow_files, p.max_bytes)
+                for p in partitions_of(end)]
+
+    def commit(self, end: dict[str, Any]) -> None:
+        n = int(end["batch"])
+        if n >= 0:
+            removed = self._staging.delete_batches_through(n)
+            logger.debug("committed batch %d; removed %d staged batch directories", n, removed)
+
+    def stop(self) -> None:
+        if self._driver is not None:
+            self._driver.client.close()
+            self._driver = None
+
+    # -- executors -----------------------------------------------------------------------------
+    def read(self, partition: NiFiPartition) -> Iterator[Any]:
+        return read_partition(self._opts, arrow_source_schema(self._schema), partition, self._staging)
+
+
+class NiFiBatchReader(DataSourceReader):
+    """``spark.read.format("nifi-s2s")``: one NiFi transaction per partition, planned once.
+
+    With ``stagingLocation`` a partition is staged and confirmed before its rows are yielded, so a
+    recomputed partition (a retried task, a lost executor) replays the same FlowFiles. Without it
+    rows are yielded as they arrive and the transaction is confirmed after the last row: a task
+    that fails before that gives its FlowFiles back to NiFi, but a partition Spark computes again
+    after its task succeeded reads new FlowFiles (the first ones are gone from NiFi).
+    """
+
+    def __init__(self, opts: SparkOptions, schema: StructType) -> None:
+        self._opts = opts
+        self._schema = schema
+        self._staging = StagingArea(opts.staging_location) if opts.staging_location else None
+        self._scope = f"read-{uuid.uuid4().hex}"
+
+    def partitions(self) -> list[NiFiPartition]:
+        with SiteToSiteClient(self._opts.client) as client:
+            try:
+                weights = [(f"{p.hostname}:{p.port}", w) for p, w in client.peer_statuses(Direction.RECEIVE)]
+            except S2SError as exc:
+                raise _with_prefix(exc, f"nifi-s2s: cannot plan a read of port {self._opts.client.port}") from None
+        plan = make_plan(weights, min_partitions=self._opts.min_partitions,
+                         max_flow_files=self._opts.max_flow_files_per_trigger,
+                         max_bytes=self._opts.max_bytes_per_trigger)
+        if not plan:
+            raise S2SError(f"nifi-s2s: no NiFi peer to read port {self._opts.client.port} from "
+                           "(none listed, or all penalized)", port=self._opts.client.port, retriable=True)
+        staged = self._staging is not None
+        return [NiFiPartition(self._scope, p.index, p.peer, p.max_flow_files, p.max_bytes, staged)
+                for p in partitions_of(make_offset(0, plan))]
+
+    def read(self, partition: NiFiPartition) -> Iterator[Any]:
+        staging = self._staging if partition.staged else None
+        return read_partition(self._opts, arrow_source_schema(self._schema), partition, staging)

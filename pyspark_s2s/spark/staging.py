@@ -1,0 +1,209 @@
+"""The source's staging area: received FlowFiles kept durably until Spark has committed them.
+
+Owns: the layout under ``stagingLocation`` and its atomic writes::
+
+    <stagingLocation>/<scope>/part-00003.json              manifest (the commit marker)
+    <stagingLocation>/<scope>/part-00003-<attempt>.arrow   the partition's FlowFiles (Arrow IPC file)
+
+``scope`` is ``batch-<N>`` for micro-batch N of a streaming query and ``read-<uuid>`` for one
+batch read. Every file is written under a temporary name and renamed into place (on a local
+filesystem after ``fsync`` of the file, and of the directory after the rename), so a reader sees
+a whole file or none. The manifest says what the partition received and whether its NiFi
+transaction is ``pending`` (staged, confirm not known to have succeeded) or ``confirmed``.
+
+Works on any filesystem ``pyarrow.fs`` understands (local paths, ``file://``, ``hdfs://``,
+``s3://``, ``gs://``). Must not import: pyspark, the server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.ipc as ipc
+
+__all__ = ["StagedData", "StagingArea", "batch_scope"]
+
+logger = logging.getLogger(__name__)
+
+
+def batch_scope(batch: int) -> str:
+    """Directory name of micro-batch ``batch`` (zero-padded so names sort by batch)."""
+    return f"batch-{batch:012d}"
+
+
+class StagedData:
+    """An Arrow IPC file being written; :meth:`commit` makes it visible under its final name."""
+
+    def __init__(self, area: StagingArea, scope: str, name: str, schema: pa.Schema) -> None:
+        self._area = area
+        self.name = name
+        self._final = area.path(scope, name)
+        self._tmp = area.path(scope, f".{name}.{uuid.uuid4().hex}.tmp")
+        fs = area.fs
+        fs.create_dir(area.path(scope), recursive=True)
+        self._stream = fs.open_output_stream(self._tmp)
+        self._writer = ipc.new_file(self._stream, schema)
+        self.rows = 0
+        self.bytes = 0
+        self._done = False
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self._writer.write_batch(batch)
+        self.rows += batch.num_rows
+
+    def commit(self) -> None:
+        """Close, make durable, rename into place."""
+        self._writer.close()
+        self._stream.close()
+        self._area._sync(self._tmp)
+        self._area.fs.move(self._tmp, self._final)
+        self._area._sync_dir(self._final)
+        self._done = True
+
+    def discard(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        with contextlib.suppress(Exception):
+            self._writer.close()
+        with contextlib.suppress(Exception):
+            self._stream.close()
+        with contextlib.suppress(FileNotFoundError, OSError):
+            self._area.fs.delete_file(self._tmp)
+
+
+class StagingArea:
+    """One ``stagingLocation``. Picklable (the filesystem is opened lazily in each process)."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        self._fs: pafs.FileSystem | None = None
+        self._base = ""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"location": self.location}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["location"])  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"StagingArea({self.location!r})"
+
+    @property
+    def fs(self) -> pafs.FileSystem:
+        if self._fs is None:
+            fs, base = pafs.FileSystem.from_uri(self.location)
+            self._fs, self._base = fs, base.rstrip("/")
+        return self._fs
+
+    @property
+    def local(self) -> bool:
+        return isinstance(self.fs, pafs.LocalFileSystem)
+
+    def path(self, *parts: str) -> str:
+        _ = self.fs
+        return "/".join((self._base, *parts))
+
+    # -- durability (local filesystems; object stores make an upload visible whole) --------------
+    def _sync(self, path: str) -> None:
+        if self.local:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def _sync_dir(self, path: str) -> None:
+        if self.local:
+            fd = os.open(os.path.dirname(path), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    # -- manifests ---------------------------------------------------------------------------
+    @staticmethod
+    def manifest_name(partition: int) -> str:
+        return f"part-{partition:05d}.json"
+
+    def manifest(self, scope: str, partition: int) -> dict[str, Any] | None:
+        """The partition's manifest, or None when it was never staged."""
+        try:
+            with self.fs.open_input_stream(self.path(scope, self.manifest_name(partition))) as fh:
+                data = fh.read()
+        except FileNotFoundError:
+            return None
+        return dict(json.loads(data))
+
+    def write_manifest(self, scope: str, partition: int, manifest: dict[str, Any]) -> None:
+        """Write (or replace) the manifest atomically."""
+        fs = self.fs
+        fs.create_dir(self.path(scope), recursive=True)
+        final = self.path(scope, self.manifest_name(partition))
+        tmp = self.path(scope, f".{self.manifest_name(partition)}.{uuid.uuid4().hex}.tmp")
+        with fs.open_output_stream(tmp) as out:
+            out.write(json.dumps(manifest, sort_keys=True).encode("utf-8"))
+        self._sync(tmp)
+        fs.move(tmp, final)
+        self._sync_dir(final)
+
+    def manifests(self, scope: str) -> list[dict[str, Any]] | None:
+        """Every manifest of ``scope`` (None when the scope does not exist)."""
+        selector = pafs.FileSelector(self.path(scope), allow_not_found=True)
+        infos = self.fs.get_file_info(selector)
+        if not infos:
+            exists = self.fs.get_file_info(self.path(scope)).type != pafs.FileType.NotFound
+            if not exists:
+                return None
+        out = []
+        for info in infos:
+            base = info.base_name
+            if base.startswith("part-") and base.endswith(".json"):
+                with self.fs.open_input_stream(info.path) as fh:
+                    out.append(dict(json.loads(fh.read())))
+        return out
+
+    # -- data --------------------------------------------------------------------------------
+    def open_data(self, scope: str, partition: int, schema: pa.Schema) -> StagedData:
+        name = f"part-{partition:05d}-{uuid.uuid4().hex[:12]}.arrow"
+        return StagedData(self, scope, name, schema)
+
+    def read_data(self, scope: str, name: str) -> Iterator[pa.RecordBatch]:
+        """The staged batches (memory-mapped on a local filesystem: no copy into the heap)."""
+        path = self.path(scope, name)
+        source: Any = pa.memory_map(path, "r") if self.local else self.fs.open_input_file(path)
+        with source:
+            reader = ipc.open_file(source)
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)
+
+    def delete_partition(self, scope: str, partition: int, data_name: str | None) -> None:
+        """Forget a staged partition (manifest first: without it the data is never replayed)."""
+        for name in (self.manifest_name(partition), data_name):
+            if name:
+                with contextlib.suppress(FileNotFoundError):
+                    self.fs.delete_file(self.path(scope, name))
+
+    def delete_batches_through(self, batch: int) -> int:
+        """Remove the staged data of every micro-batch up to ``batch``; returns how many."""
+        selector = pafs.FileSelector(self.path(), allow_not_found=True)
+        removed = 0
+        for info in self.fs.get_file_info(selector):
+            name = info.base_name
+            if info.type == pafs.FileType.Directory and name.startswith("batch-"):
+                try:
+                    n = int(name[len("batch-"):])
+                except ValueError:
+                    continue
+                if n <= batch:
+                    self.fs.delete_dir(info.path)
+                    removed += 1
+        return removed

@@ -1,0 +1,298 @@
+"""The source's parts without a SparkSession: options, plans, offsets, the staging area, and the
+executor's read path (stage, confirm, replay, settle an unknown confirm) against a real server."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from serverproc import ServerProcess
+
+from pyspark_s2s.client import SiteToSiteClient, TransactionHandle
+from pyspark_s2s.errors import ConfigError, TransactionNotFoundError
+from pyspark_s2s.spark.options import SPARK_OPTIONS, SparkOptions, options_markdown
+from pyspark_s2s.spark.planning import allocate, make_offset, make_plan, partitions_of
+from pyspark_s2s.spark.schema import SOURCE_SCHEMA, arrow_source_schema
+from pyspark_s2s.spark.source import NiFiPartition, NiFiStreamReader, read_partition
+from pyspark_s2s.spark.staging import StagingArea, batch_scope
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+# -- options -----------------------------------------------------------------------------------
+
+
+def _opts(**extra: Any) -> SparkOptions:
+    return SparkOptions.parse({"url": "http://127.0.0.1:1/nifi", "portName": "out", **extra})
+
+
+def test_unknown_option_names_the_closest() -> None:
+    with pytest.raises(ConfigError, match="Unknown option 'stagingLocaton'; did you mean 'stagingLocation'") as e:
+        _opts(stagingLocaton="/x")
+    assert e.value.option == "stagingLocaton"
+
+
+def test_option_names_are_case_insensitive_and_aliases_work() -> None:
+    o = _opts(MAXOFFSETSPERTRIGGER="50", minpartitions="3", maxBytesPerTrigger="1 MB", checkpointLocation="/c")
+    assert (o.max_flow_files_per_trigger, o.min_partitions, o.max_bytes_per_trigger) == (50, 3, 1 << 20)
+
+
+@pytest.mark.parametrize(("key", "value", "option"), [
+    ("maxFlowFilesPerTrigger", "0", "maxFlowFilesPerTrigger"),
+    ("maxBytesPerTrigger", "lots", "maxBytesPerTrigger"),
+    ("minPartitions", "-1", "minPartitions"),
+    ("idlePollInterval", "soon", "idlePollInterval"),
+    ("timeout", "0 sec", "timeout"),
+    ("commitMode", "sometimes", "commitMode"),
+])
+def test_bad_values_name_the_option(key: str, value: str, option: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        _opts(**{key: value})
+    assert e.value.option == option
+    assert option in str(e.value)
+
+
+def test_port_is_required() -> None:
+    with pytest.raises(ConfigError, match="portName") as e:
+        SparkOptions.parse({"url": "http://127.0.0.1:1/nifi"})
+    assert e.value.option == "portName"
+
+
+def test_streaming_needs_a_staging_location_and_says_why() -> None:
+    with pytest.raises(ConfigError) as e:
+        NiFiStreamReader(_opts(), SOURCE_SCHEMA)
+    text = str(e.value)
+    assert e.value.option == "stagingLocation"
+    for word in ("durable", "shared", "unique per query", "checkpoint"):
+        assert word in text
+
+
+def test_secrets_never_appear() -> None:
+    o = _opts(keystore="/k.p12", keystorePassword="hunter2-secret", proxyHost="127.0.0.1", proxyPort="3128",
+              proxyUsername="u", proxyPassword="proxy-secret-9")
+    for text in (repr(o), str(o), repr(pickle.loads(pickle.dumps(o)))):
+        assert "hunter2-secret" not in text and "proxy-secret-9" not in text
+    with pytest.raises(ConfigError) as e:
+        _opts(keystorePassword="hunter2-secret", keystore="/k.p12", keystoreType="JKS")
+    assert "hunter2-secret" not in str(e.value)
+
+
+def test_options_page_is_generated_from_the_table() -> None:
+    page = (REPO / "docs" / "spark-options.md").read_text()
+    begin, end = "<!-- options:begin -->\n", "<!-- options:end -->"
+    generated = page[page.index(begin) + len(begin): page.index(end)]
+    assert generated == options_markdown(), \
+        "docs/spark-options.md is stale: run python -c \"from pyspark_s2s.spark.options import update_doc; " \
+        "update_doc('docs/spark-options.md')\""
+    names = [o.name for o in SPARK_OPTIONS]
+    assert len(names) == len(set(names))
+    for name in ("url", "portName", "stagingLocation", "maxFlowFilesPerTrigger", "commitMode"):
+        assert f"`{name}`" in generated
+
+
+# -- plans and offsets ------------------------------------------------------------------------
+
+
+def test_busier_peers_get_more_partitions() -> None:
+    weights = [("a:1", 60.0), ("b:1", 30.0), ("c:1", 10.0)]
+    assert allocate(weights, 6) == {"a:1": 4, "b:1": 1, "c:1": 1} or allocate(weights, 6) == {"a:1": 3, "b:1": 2, "c:1": 1}
+    alloc = allocate(weights, 10)
+    assert alloc == {"a:1": 6, "b:1": 3, "c:1": 1}
+    assert allocate(weights, 2) == {"a:1": 1, "b:1": 1}
+    assert allocate([("a:1", 0.0), ("b:1", 100.0)], 3) == {"b:1": 3}  # weight 0: penalized or idle
+    assert allocate([], 4) == {}
+
+
+def test_plan_splits_per_trigger_caps_and_offsets_keep_key_order() -> None:
+    plan = make_plan([("b:2", 50.0), ("a:1", 50.0)], min_partitions=4, max_flow_files=1000, max_bytes=None)
+    assert plan == [
+        {"peer": "a:1", "partitions": 2, "maxFlowFiles": 250, "maxBytes": 0},
+        {"peer": "b:2", "partitions": 2, "maxFlowFiles": 250, "maxBytes": 0},
+    ]
+    # a cap below the partition count lowers the partition count
+    small = make_plan([("a:1", 50.0), ("b:2", 50.0)], min_partitions=8, max_flow_files=3, max_bytes=None)
+    assert sum(e["partitions"] for e in small) == 3 and all(e["maxFlowFiles"] == 1 for e in small)
+    offset = make_offset(7, plan)
+    text = json.dumps(offset)
+    assert text.startswith('{"batch": 7, "plan": [{"peer": "a:1", "partitions": 2, "maxFlowFiles": 250')
+    assert json.dumps(make_offset(7, json.loads(text)["plan"])) == text  # stable across a restart
+    parts = partitions_of(offset)
+    assert [(p.index, p.peer) for p in parts] == [(0, "a:1"), (1, "a:1"), (2, "b:2"), (3, "b:2")]
+
+
+# -- staging -----------------------------------------------------------------------------------
+
+
+def test_staging_writes_whole_files_and_cleans_committed_batches(tmp_path: Path) -> None:
+    area = StagingArea(str(tmp_path / "stage"))
+    area = pickle.loads(pickle.dumps(area))  # executors get pickled copies
+    batch = pa.RecordBatch.from_pydict({"x": [1, 2, 3]})
+    data = area.open_data(batch_scope(3), 0, batch.schema)
+    data.write(batch)
+    assert not (tmp_path / "stage" / batch_scope(3) / data.name).exists()  # not visible before commit
+    data.commit()
+    assert [b.num_rows for b in area.read_data(batch_scope(3), data.name)] == [3]
+    area.write_manifest(batch_scope(3), 0, {"rows": 3, "state": "confirmed"})
+    area.write_manifest(batch_scope(4), 1, {"rows": 0, "state": "confirmed"})
+    assert area.manifest(batch_scope(3), 0) == {"rows": 3, "state": "confirmed"}
+    assert area.manifests(batch_scope(9)) is None
+    assert not [p for p in (tmp_path / "stage").rglob("*") if p.name.endswith(".tmp")]
+    assert area.delete_batches_through(3) == 1
+    assert area.manifest(batch_scope(3), 0) is None
+    assert area.manifests(batch_scope(4)) == [{"rows": 0, "state": "confirmed"}]
+
+
+# -- the executor's read path against a real server ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server() -> Any:
+    with ServerProcess("--output-port", "out", "--ttl", "30") as srv:
+        yield srv
+
+
+@pytest.fixture()
+def srv(server: ServerProcess) -> ServerProcess:
+    server.admin.reset()
+    return server
+
+
+def _fill(srv: ServerProcess, n: int, prefix: str = "id") -> None:
+    srv.admin.enqueue("out", [({"uuid": f"{prefix}-{i}", "n": str(i)}, f"content {i}".encode()) for i in range(n)])
+
+
+def _read(srv: ServerProcess, staging: StagingArea, part: NiFiPartition, **extra: str) -> list[dict[str, Any]]:
+    opts = SparkOptions.parse({"url": srv.url, "portName": "out", **extra})
+    rows: list[dict[str, Any]] = []
+    for b in read_partition(opts, arrow_source_schema(), part, staging):
+        assert b.schema.equals(arrow_source_schema())
+        rows.extend(b.to_pylist())
+    return rows
+
+
+def _peer(srv: ServerProcess) -> str:
+    return srv.url.split("//", 1)[1].split("/", 1)[0]
+
+
+def test_read_stages_confirms_then_replays(srv: ServerProcess, tmp_path: Path) -> None:
+    _fill(srv, 50)
+    staging = StagingArea(str(tmp_path))
+    part = NiFiPartition(batch_scope(0), 0, _peer(srv))
+    rows = _read(srv, staging, part)
+    assert sorted(r["uuid"] for r in rows) == sorted(f"id-{i}" for i in range(50))
+    assert {r["content"] for r in rows} == {f"content {i}".encode() for i in range(50)}
+    assert srv.admin.queued("out") == 0
+    manifest = staging.manifest(batch_scope(0), 0)
+    assert manifest is not None and manifest["state"] == "confirmed" and manifest["rows"] == 50
+    # a retried task (or a restarted query) replays the same rows; NiFi is not asked again
+    _fill(srv, 5, prefix="later")
+    assert _read(srv, staging, part) == rows
+    assert srv.admin.queued("out") == 5
+
+
+def test_an_empty_port_stages_an_empty_partition(srv: ServerProcess, tmp_path: Path) -> None:
+    staging = StagingArea(str(tmp_path))
+    assert _read(srv, staging, NiFiPartition(batch_scope(1), 2, _peer(srv))) == []
+    assert staging.manifest(batch_scope(1), 2)["rows"] == 0
+
+
+def _stage_pending(srv: ServerProcess, staging: StagingArea, scope: str) -> TransactionHandle:
+    """Do what a task does up to the confirm, then 'crash': a pending manifest, no DELETE sent."""
+    from pyspark_s2s.client.arrow import ARROW_SCHEMA
+
+    client = SiteToSiteClient(url=srv.url, portName="out")
+    tx: Any = client.create_transaction("receive")
+    data = staging.open_data(scope, 0, ARROW_SCHEMA)
+    while (b := tx.receive_record_batch()) is not None:
+        data.write(b)
+    data.commit()
+    handle = tx.handle()
+    import time
+
+    staging.write_manifest(scope, 0, {
+        "version": 1, "scope": scope, "partition": 0, "plannedPeer": _peer(srv), "peer": _peer(srv),
+        "peerUrl": tx.peer_url, "portId": tx.port_id, "transactionUrl": tx.transaction_url,
+        "transactionId": tx.transaction_id, "ttl": tx.ttl_seconds, "limitFlowFiles": 0, "limitBytes": 0,
+        "rows": tx.flow_files, "bytes": tx.bytes, "data": data.name, "checksum": tx.checksum,
+        "receivedAtMicros": 0, "state": "pending", "stagedAt": time.time()})
+    tx._keepalive.stop()  # the process 'died': no more keep-alive, and no confirm
+    return handle
+
+
+def test_a_pending_partition_is_confirmed_by_the_retry(srv: ServerProcess, tmp_path: Path) -> None:
+    _fill(srv, 20)
+    staging = StagingArea(str(tmp_path))
+    scope = batch_scope(5)
+    _stage_pending(srv, staging, scope)
+    assert srv.admin.queued("out") == 0  # held by the open transaction
+    rows = _read(srv, staging, NiFiPartition(scope, 0, _peer(srv)))
+    assert sorted(r["uuid"] for r in rows) == sorted(f"id-{i}" for i in range(20))
+    m = staging.manifest(scope, 0)
+    assert m["state"] == "confirmed" and m["resolution"] == "confirmed on retry"
+    with pytest.raises(TransactionNotFoundError):  # the server committed it: nothing rolls back later
+        SiteToSiteClient(url=srv.url, portName="out").extend(
+            TransactionHandle(m["transactionUrl"], m["peerUrl"], m["portId"], 30, 20, 0, m["checksum"]))
+
+
+def test_a_confirm_whose_answer_was_lost_is_not_replayed_twice(srv: ServerProcess, tmp_path: Path) -> None:
+    _fill(srv, 10)
+    staging = StagingArea(str(tmp_path))
+    scope = batch_scope(6)
+    handle = _stage_pending(srv, staging, scope)
+    SiteToSiteClient(url=srv.url, portName="out").confirm_receive(handle)  # went through; answer 'lost'
+    _fill(srv, 3, prefix="new")
+    rows = _read(srv, staging, NiFiPartition(scope, 0, _peer(srv)))
+    assert sorted(r["uuid"] for r in rows) == sorted(f"id-{i}" for i in range(10))
+    assert staging.manifest(scope, 0)["resolution"] == "confirm had succeeded"
+    assert srv.admin.queued("out") == 3
+
+
+def test_confirm_lost_on_the_wire_fails_the_task_and_the_retry_settles_it(srv: ServerProcess,
+                                                                          tmp_path: Path) -> None:
+    _fill(srv, 30)
+    staging = StagingArea(str(tmp_path))
+    part = NiFiPartition(batch_scope(7), 0, _peer(srv))
+    srv.admin.fault("drop_mid_body", method="DELETE")  # the connection drops: no answer to the confirm
+    with pytest.raises(Exception, match="outcome is unknown") as e:
+        _read(srv, staging, part)
+    assert "port out" in str(e.value) and "transaction=" in str(e.value)
+    assert staging.manifest(part.scope, 0)["state"] == "pending"
+    rows = _read(srv, staging, part)  # the retried task
+    assert sorted(r["uuid"] for r in rows) == sorted(f"id-{i}" for i in range(30))
+    assert srv.admin.queued("out") == 0
+
+
+def test_bad_checksum_drops_the_staged_data_and_nifi_keeps_the_flowfiles(srv: ServerProcess,
+                                                                         tmp_path: Path) -> None:
+    _fill(srv, 8)
+    staging = StagingArea(str(tmp_path))
+    part = NiFiPartition(batch_scope(8), 0, _peer(srv))
+    srv.admin.fault("corrupt_checksum", method="GET", path_contains="flow-files")
+    with pytest.raises(Exception, match="BadChecksum") as e:
+        _read(srv, staging, part)
+    assert "HTTP 400" in str(e.value) or "http_status=400" in str(e.value)
+    assert staging.manifest(part.scope, 0) is None
+    assert srv.admin.queued("out") == 8  # rolled back
+    assert len(_read(srv, staging, part)) == 8  # the retry reads them
+
+
+def test_unreachable_planned_peer_falls_back(srv: ServerProcess, tmp_path: Path) -> None:
+    _fill(srv, 4)
+    rows = _read(srv, StagingArea(str(tmp_path)), NiFiPartition(batch_scope(9), 0, "127.0.0.1:9"))
+    assert len(rows) == 4
+    assert StagingArea(str(tmp_path)).manifest(batch_scope(9), 0)["plannedPeer"] == "127.0.0.1:9"
+
+
+def test_batch_read_without_staging_cancels_when_the_task_stops_early(srv: ServerProcess) -> None:
+    _fill(srv, 100)
+    opts = SparkOptions.parse({"url": srv.url, "portName": "out", "batchCount": "100"})
+    part = NiFiPartition("read-x", 0, _peer(srv), staged=False)
+    it = read_partition(opts, arrow_source_schema(), part, None)
+    first = next(iter(it))
+    assert first.num_rows > 0
+    it.close()  # Spark stops consuming (e.g. a limit): the transaction is canceled
+    assert srv.admin.queued("out") == 100
