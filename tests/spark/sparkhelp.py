@@ -10,14 +10,15 @@ from typing import Any
 
 #: Spark settings for a small, local, loopback-only session
 SESSION_CONF = {
-    "spark.master": "local[2]",
+    "spark.master": "local[2,4]",  # 2 threads; a failed task is tried up to 4 times (as on a cluster)
     "spark.ui.enabled": "false",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.sql.shuffle.partitions": "2",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.streaming.stopTimeout": "30s",
-    "spark.task.maxFailures": "4",
+    # a loaded 2-core machine can take more than the default 15 s to start a Python worker
+    "spark.python.authenticate.socketTimeout": "120s",
 }
 
 

@@ -1,0 +1,64 @@
+"""A Spark driver program the restart tests run as a real subprocess (its own process group).
+
+    python source_driver.py CONFIG.json
+
+reads an output port with the nifi-s2s source and writes each micro-batch's ids to
+``<out>/batch-<id>.json`` (replaced atomically: an idempotent, exactly-once sink keyed by batch
+id, like a table overwrite per batch). ``kill_in_batch`` (a batch id) makes the sink SIGKILL
+the whole process group (driver, JVM, Python workers) after that batch was read, staged and
+confirmed but before Spark's commit: once, marked by a file. The program stops after ``expect``
+distinct ids were written, or after ``seconds``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sparkhelp import build_session  # noqa: E402
+
+
+def main() -> None:
+    cfg = json.loads(Path(sys.argv[1]).read_text())
+    out = Path(cfg["out"])
+    out.mkdir(parents=True, exist_ok=True)
+    spark = build_session("s2s-restart-driver", **{"spark.master": "local[1,4]"})
+    df = (spark.readStream.format("nifi-s2s").option("url", cfg["url"]).option("portName", "out")
+          .option("stagingLocation", cfg["staging"]).option("idlePollInterval", "200 ms")
+          .option("maxFlowFilesPerTrigger", str(cfg.get("per_trigger", 100))).load())
+
+    def sink(batch_df, batch_id: int) -> None:  # type: ignore[no-untyped-def]
+        ids = [r.uuid for r in batch_df.select("uuid").collect()]
+        tmp = out / f".batch-{batch_id}.tmp"
+        tmp.write_text(json.dumps(ids))
+        os.replace(tmp, out / f"batch-{batch_id}.json")
+        with open(out / "attempts.log", "a") as log:
+            log.write(f"{batch_id} {len(ids)}\n")
+        marker = out / "killed"
+        if cfg.get("kill_in_batch") == batch_id and not marker.exists():
+            marker.write_text(str(batch_id))
+            os.killpg(os.getpgid(0), signal.SIGKILL)
+
+    q = df.writeStream.foreachBatch(sink).option("checkpointLocation", cfg["checkpoint"]).start()
+    deadline = time.monotonic() + cfg.get("seconds", 60)
+    while time.monotonic() < deadline:
+        seen = set()
+        for f in out.glob("batch-*.json"):
+            seen.update(json.loads(f.read_text()))
+        if len(seen) >= cfg["expect"]:
+            break
+        if q.exception() is not None:
+            raise SystemExit(f"query failed: {q.exception()}")
+        time.sleep(0.2)
+    q.stop()
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
