@@ -1,8 +1,8 @@
 # pyspark-s2s developer entry points.
 #
-#   make demo    set up .venv if needed, then run the round-trip demo
+#   make demo    set up .venv if needed, then run the Spark streaming round trip through the reference server
 #   make test    set up .venv if needed, then run the whole test suite
-#   make bench   set up .venv if needed, then run the client benchmark
+#   make bench   set up .venv if needed, then run the client and Spark read benchmarks
 #   make clean   remove .venv and build/test caches
 #
 # .venv is (re)installed only when setup.cfg or pyproject.toml is newer than its stamp file,
@@ -22,7 +22,7 @@ S2S_PYTEST_STATUS ?=
 .PHONY: demo test bench clean venv check-python check-java
 
 demo: check-java venv
-	$(VPY) -m pyspark_s2s.demo
+	$(VPY) -m pyspark_s2s.spark.demo
 
 # pytest's exit status 5 ("no tests collected") is a failure here, said in one line;
 # S2S_PYTEST_STATUS (optional) names a file that receives pytest's own exit status (.ci/run uses it).
@@ -35,6 +35,7 @@ test: check-java venv
 
 bench: check-java venv
 	$(VPY) -m bench.client
+	$(VPY) -m bench.spark_read
 
 venv: $(STAMP)
 
