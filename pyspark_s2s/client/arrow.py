@@ -54,6 +54,7 @@ ARROW_SCHEMA = pa.schema(
 )
 
 _MAX_CONTENT = (1 << 63) - 1
+_MAX_INT32 = (1 << 31) - 1
 #: headers are scanned once this many new bytes arrived (fewer, larger scans; still pipelined)
 _SCAN_BLOCK = 512 << 10
 
@@ -167,7 +168,7 @@ def _fields(starts: pa.Array, ends: pa.Array, buf: pa.Buffer) -> pa.Array:
     return pc.take(seg, pc.multiply(pa.arange(0, m), 2))
 
 
-def ends_to_record_batch(data: bytes, ends: array, counts: array) -> pa.RecordBatch:
+def ends_to_record_batch(data: bytes | bytearray, ends: array, counts: array) -> pa.RecordBatch:
     """Build the record batch from :func:`scan_ends` output (C++ loops only)."""
     n = len(counts)
     buf = pa.py_buffer(data)
@@ -186,7 +187,13 @@ def ends_to_record_batch(data: bytes, ends: array, counts: array) -> pa.RecordBa
     c_start = pc.add(pc.take(e, pc.subtract(cidx, 1)), 8)
     if n and pc.min(pc.subtract(c_end, c_start)).as_py() < 0:
         raise ProtocolError("negative content length in the packet stream")
-    content = _fields(c_start, c_end, buf).cast(pa.binary())
+    if n == 1 and c_end[0].as_py() < _MAX_INT32:
+        # one packet (typically one large FlowFile): its content is one contiguous run of the
+        # buffer, so the array points into it (offsets need not start at 0): no copy
+        bounds = pa.array([c_start[0].as_py(), c_end[0].as_py()], pa.int32())
+        content = pa.Array.from_buffers(pa.binary(), 1, [None, bounds.buffers()[1], buf])
+    else:
+        content = _fields(c_start, c_end, buf).cast(pa.binary())
     if n_attr:
         parent = pc.list_parent_indices(pa.ListArray.from_arrays(offsets32, pa.nulls(n_attr, pa.int8())))
         kidx = pc.add(pc.multiply(pc.add(pa.arange(0, n_attr), parent), 2), 1)
@@ -283,14 +290,24 @@ class BatchReader:
                 )
             return None
         consumed = self._scanned
-        with memoryview(self._buf) as view:
-            data = bytes(view[:consumed])  # one copy, immutable for Arrow
+        buf = self._buf
+        data: bytes | bytearray
+        if len(buf) - consumed < consumed:
+            # hand the buffer itself to Arrow (never resized again) and copy only the smaller
+            # part, the start of the next packet: a large FlowFile is not copied here at all
+            data = buf
+            with memoryview(buf) as view:
+                self._buf = bytearray(view[consumed:])
+                self._crc = crc32(view[:consumed], self._crc)
+        else:
+            with memoryview(buf) as view:
+                data = bytes(view[:consumed])  # one copy, immutable for Arrow
+            del buf[:consumed]
+            self._crc = crc32(data, self._crc)
         ends, counts = self._ends, self._counts
         self._ends, self._counts = array("q"), array("q")
-        del self._buf[:consumed]
         self._scanned = 0
         batch = ends_to_record_batch(data, ends, counts)
-        self._crc = crc32(data, self._crc)
         contents = batch.column(0)
         self.last_content_bytes = pc.sum(pc.binary_length(contents)).as_py() or 0
         self.packets += len(counts)
