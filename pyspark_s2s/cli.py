@@ -8,6 +8,12 @@ namespace and returning an int exit status:
 * ``pyspark_s2s.server.cli``       -- ``serve``
 * ``pyspark_s2s.client.commands``  -- ``send``, ``receive``, ``peers``
 
+Global flags (``-v``/``--verbose``, ``--version``) are accepted before and after the
+subcommand alike (``s2s -v serve`` = ``s2s serve -v``). Nothing a user types ends in a
+traceback: a :class:`~pyspark_s2s.errors.CommandError` (and any other exception, as the last
+resort) becomes one line ``s2s <command>: <reason>`` on stderr; exit statuses are 0 success,
+1 failure, 2 usage error (argparse, :class:`~pyspark_s2s.errors.UsageError`), 130 interrupted.
+
 Must not import at module level: the client, the server, pyspark, or any third-party package
 (``import pyspark_s2s.cli`` stays cheap; the subcommand modules are imported inside
 :func:`main`). A subcommand module that does not exist yet is skipped, so the command works
@@ -24,7 +30,7 @@ from collections.abc import Sequence
 
 from pyspark_s2s import __version__
 
-__all__ = ["SUBCOMMAND_MODULES", "build_parser", "main"]
+__all__ = ["SUBCOMMAND_MODULES", "build_parser", "main", "one_line"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,15 +62,7 @@ def build_parser(modules: Sequence[str] | None = None) -> argparse.ArgumentParse
         prog="s2s",
         description="Apache NiFi Site-to-Site over HTTP(S): reference server and client commands.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument(
-        "-v",
-        "--verbose",
-        action="count",
-        default=0,
-        dest="s2s_verbosity",
-        help="log more (-v: info, -vv: debug); logs go to stderr",
-    )
+    _add_global_flags(parser, "s2s_verbosity")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in modules:
         try:
@@ -75,7 +73,17 @@ def build_parser(modules: Sequence[str] | None = None) -> argparse.ArgumentParse
             logger.debug("subcommand module %s is not available yet", module_name)
             continue
         module.register(subparsers)
+    for sub in {id(p): p for p in subparsers.choices.values()}.values():
+        _add_global_flags(sub, "s2s_sub_verbosity")
     return parser
+
+
+def _add_global_flags(parser: argparse.ArgumentParser, verbosity_dest: str) -> None:
+    """``--version`` and ``-v``; the subcommand's count goes to its own dest and is added to
+    the top-level one (so ``s2s -v serve -v`` is ``-vv``)."""
+    parser.add_argument("--version", action="version", version=f"s2s {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, dest=verbosity_dest,
+                        help="log more (-v: info, -vv: debug); logs go to stderr")
 
 
 def _configure_logging(verbosity: int) -> None:
@@ -91,17 +99,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``s2s`` command; returns the process exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    _configure_logging(args.s2s_verbosity)
+    _configure_logging(args.s2s_verbosity + getattr(args, "s2s_sub_verbosity", 0))
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help(sys.stderr)
         return 2
+    from pyspark_s2s.errors import CommandError
+
+    name = f"s2s {args.command}"
     try:
         status = func(args)
     except KeyboardInterrupt:
         print("s2s: interrupted", file=sys.stderr)
         return 130
+    except CommandError as exc:
+        print(f"{name}: {one_line(str(exc))}", file=sys.stderr, flush=True)
+        return exc.exit_status
+    except Exception as exc:  # noqa: BLE001 - the last resort: a user never sees a traceback
+        logger.debug("%s failed", name, exc_info=True)
+        print(f"{name}: unexpected {type(exc).__name__}: {one_line(str(exc))} (-vv shows where)",
+              file=sys.stderr, flush=True)
+        return 1
     return int(status or 0)
+
+
+def one_line(text: str) -> str:
+    """``text`` with every run of whitespace (newlines too) as one blank."""
+    return " ".join(text.split())
 
 
 if __name__ == "__main__":  # pragma: no cover - exercised through `python -m pyspark_s2s`

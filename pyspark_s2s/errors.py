@@ -27,6 +27,7 @@ from typing import Any
 
 __all__ = [
     "ChecksumMismatch",
+    "CommandError",
     "ConfigError",
     "HTTPStatusError",
     "HandshakeError",
@@ -40,6 +41,7 @@ __all__ = [
     "TransactionStateError",
     "TransportError",
     "UnauthorizedError",
+    "UsageError",
     "UnknownPortError",
     "error_for_response",
 ]
@@ -132,6 +134,20 @@ def _rebuild(cls: type[S2SError], message: str, kwargs: dict[str, Any]) -> S2SEr
 
 class ConfigError(S2SError, ValueError):
     """An option or setting has an invalid value; ``option`` names it."""
+
+
+class CommandError(S2SError):
+    """An ``s2s`` command failed; the command line prints ``s2s <command>: <message>`` (never a
+    traceback) and exits with :attr:`exit_status`."""
+
+    exit_status = 1
+
+
+class UsageError(CommandError, ValueError):
+    """The ``s2s`` command line itself is wrong (a value that can never work, a missing or
+    conflicting flag); the message names the flag as the user typed it. Exit status 2."""
+
+    exit_status = 2
 
 
 class ProtocolError(S2SError, ValueError):

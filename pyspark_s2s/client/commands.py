@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import stat
 import sys
 import time
@@ -27,16 +28,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from pyspark_s2s.errors import CommandError, UsageError
+
 __all__ = ["Progress", "peers", "receive", "register", "send", "valid_uuid"]
 
 logger = logging.getLogger(__name__)
 
 #: longest usable uuid: its temporary attributes file name must stay under 255 bytes
 MAX_UUID_BYTES = 180
-
-
-class CommandError(Exception):
-    """A failure the command reports as one line (no traceback)."""
 
 
 # -- option helpers -----------------------------------------------------------------------------
@@ -120,10 +119,9 @@ def _read_secret(args: argparse.Namespace, dest: str, option: str) -> str | None
     return None
 
 
-def client_options(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
-    """NiFi-named client options from the parsed command line (secrets read from files/env)."""
-    opts: dict[str, Any] = {"url": args.url}
-    mapping = (
+#: (argparse dest, client option) of every flag that maps onto one client option
+_FLAG_OPTIONS: tuple[tuple[str, str], ...] = (
+        ("url", "url"),
         ("port_name", "portName"),
         ("port_id", "portIdentifier"),
         ("timeout", "timeout"),
@@ -140,18 +138,51 @@ def client_options(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
         ("batch_count", "batchCount"),
         ("batch_size", "batchSize"),
         ("batch_duration", "batchDuration"),
-    )
-    for dest, name in mapping:
+)
+#: (argparse dest, flag stem, client option) of the secrets (read from --X-file or --X-env)
+_SECRET_OPTIONS: tuple[tuple[str, str, str], ...] = (
+    ("keystore_password", "keystore-password", "keystorePassword"),
+    ("truststore_password", "truststore-password", "truststorePassword"),
+    ("proxy_password", "proxy-password", "proxyPassword"),
+)
+
+
+def _flags_by_option() -> dict[str, str]:
+    """Client option name -> the flag(s) a user types for it."""
+    flags = {name: "--" + dest.replace("_", "-") for dest, name in _FLAG_OPTIONS}
+    flags["useCompression"] = "--compress"
+    for _dest, stem, name in _SECRET_OPTIONS:
+        flags[name] = f"--{stem}-file or --{stem}-env"
+    return flags
+
+
+def flag_message(exc: Any) -> str:
+    """The message of a :class:`~pyspark_s2s.errors.ConfigError` in the user's terms: the client
+    option names it mentions become the flags that set them, and a message that names none of
+    them starts with the flag of the option at fault."""
+    flags = _flags_by_option()
+    text = exc.message
+    for name in sorted(flags, key=len, reverse=True):
+        if name != name.lower():  # camelCase names only: 'url'/'timeout' are also plain words
+            text = re.sub(rf"\b{name}\b", flags[name], text)
+    option = exc.option
+    if option in flags and text.startswith(option + " "):
+        text = flags[option] + text[len(option):]
+    if option in flags and flags[option] not in text:
+        text = f"{flags[option]}: {text}"
+    return text
+
+
+def client_options(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
+    """NiFi-named client options from the parsed command line (secrets read from files/env)."""
+    opts: dict[str, Any] = {}
+    for dest, name in _FLAG_OPTIONS:
         value = getattr(args, dest, None)
         if value is not None:
             opts[name] = value
     if getattr(args, "compress", False):
         opts["useCompression"] = True
-    for dest, option, name in (
-        ("keystore_password", "keystore-password", "keystorePassword"),
-        ("truststore_password", "truststore-password", "truststorePassword"),
-        ("proxy_password", "proxy-password", "proxyPassword"),
-    ):
+    for dest, option, name in _SECRET_OPTIONS:
         secret = _read_secret(args, dest, option)
         if secret is not None:
             opts[name] = secret
@@ -160,9 +191,15 @@ def client_options(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
 
 
 def _make_client(opts: dict[str, Any]) -> Any:
+    """A client from the options; a value the configuration refuses is a usage error that names the flag."""
     from pyspark_s2s.client import SiteToSiteClient, SiteToSiteClientConfig
+    from pyspark_s2s.errors import ConfigError
 
-    return SiteToSiteClient(SiteToSiteClientConfig.from_options(opts))
+    try:
+        config = SiteToSiteClientConfig.from_options(opts)
+    except ConfigError as exc:
+        raise UsageError(flag_message(exc)) from None
+    return SiteToSiteClient(config)
 
 
 def _close(client: Any) -> None:
@@ -261,31 +298,25 @@ class _CountingReader:
 # -- running ------------------------------------------------------------------------------------
 
 
-def _run(name: str, body: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Wrap a command: failures become one line on stderr and exit status 1."""
+def _run(body: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Wrap a command: a failure becomes a :class:`CommandError` (one line on stderr, exit 1;
+    the ``s2s`` dispatcher prints it), a refused option a :class:`UsageError` (exit 2)."""
 
     def run(args: argparse.Namespace) -> int:
-        from pyspark_s2s.errors import S2SError
+        from pyspark_s2s.errors import ConfigError, S2SError
 
         try:
             return body(args)
-        except CommandError as exc:
-            reason = str(exc)
+        except CommandError:
+            raise
+        except ConfigError as exc:  # found only once in use (say, an unreadable keystore)
+            raise CommandError(flag_message(exc)) from None
         except S2SError as exc:
-            reason = str(exc)
+            raise CommandError(str(exc)) from None
         except OSError as exc:
-            reason = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
-        except Exception as exc:
-            logger.debug("%s failed", name, exc_info=True)
-            reason = f"unexpected {type(exc).__name__}: {exc}"
-        print(f"s2s {name}: {_one_line(reason)}", file=sys.stderr, flush=True)
-        return 1
+            raise CommandError(f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")) from None
 
     return run
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 # -- send ---------------------------------------------------------------------------------------
@@ -644,7 +675,7 @@ def register(subparsers: Any) -> None:
                    help="attribute added to every FlowFile (repeatable; overrides filename)")
     p.add_argument("--compress", action="store_true", help="compress the data on the wire (NiFi's SYNC/zlib)")
     p.add_argument("files", nargs="+", metavar="FILE", help="files to send")
-    p.set_defaults(func=_run("send", send))
+    p.set_defaults(func=_run(send))
 
     p = subparsers.add_parser(
         "receive",
@@ -661,7 +692,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--batch-size", metavar="SIZE", help="preferred content bytes per transaction, e.g. '10 MB'")
     p.add_argument("--batch-duration", metavar="DURATION", help="preferred duration of a transaction, e.g. '2 sec'")
     p.add_argument("--compress", action="store_true", help="ask for compressed data on the wire")
-    p.set_defaults(func=_run("receive", receive))
+    p.set_defaults(func=_run(receive))
 
     p = subparsers.add_parser(
         "peers",
@@ -672,4 +703,4 @@ def register(subparsers: Any) -> None:
     _add_connection_options(p, port=False)
     p.add_argument("--direction", choices=("send", "receive"), default="send",
                    help="weights for sending to input ports or receiving from output ports (default send)")
-    p.set_defaults(func=_run("peers", peers))
+    p.set_defaults(func=_run(peers))

@@ -395,13 +395,34 @@ class HttpTransport:
                 f"Timed out ({self.config.timeout:g} s) {what} {method} {url}", peer=peer
             )
         if isinstance(reason, (SSLError, ssl.SSLError)):
-            return TransportError(f"TLS failure on {method} {url}: {_short(reason)}", peer=peer)
+            return TransportError(f"TLS failure on {method} {url}: {_short(reason)}{_scheme_hint(url, reason)}",
+                                  peer=peer)
         if isinstance(reason, ProxyError):
             text = _short(reason)
             status = 407 if "407" in text else None
             return TransportError(f"Proxy failure on {method} {url}: {text}", peer=peer, http_status=status,
                                   retriable=status != 407)
-        return TransportError(f"{method} {url} failed: {_short(reason)}", peer=peer)
+        return TransportError(f"{method} {url} failed: {_short(reason)}{_scheme_hint(url, reason)}", peer=peer)
+
+
+#: what an HTTPS client sees when the port speaks plain HTTP (OpenSSL's reason codes)
+_PLAIN_PORT_SIGNS = ("wrong_version_number", "wrong version number", "http request", "packet length too long",
+                     "record layer failure", "unknown protocol")
+#: what a plain-HTTP client sees when the port expects a TLS handshake
+_TLS_PORT_SIGNS = ("connection reset", "remotedisconnected", "connection aborted", "badstatusline",
+                   "without response", "broken pipe")
+
+
+def _scheme_hint(url: str, reason: BaseException) -> str:
+    """A hint when the failure looks like the wrong scheme for the port ('' otherwise)."""
+    text = f"{type(reason).__name__} {reason!r} {reason}".lower()
+    scheme = (parse_url(url).scheme or "").lower()
+    if scheme == "https" and any(sign in text for sign in _PLAIN_PORT_SIGNS):
+        return " (the port answered without TLS: does the URL need http:// instead of https://?)"
+    if scheme == "http" and any(sign in text for sign in _TLS_PORT_SIGNS):
+        return (" (the server closed the connection without an HTTP answer: if this port serves HTTPS, "
+                "use https:// in the URL)")
+    return ""
 
 
 def _is_timeout(exc: BaseException) -> bool:

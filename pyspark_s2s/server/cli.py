@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
 
+from pyspark_s2s.errors import CommandError, UsageError
 from pyspark_s2s.server.process import listening_line
 
 __all__ = ["add_arguments", "build_app", "main", "register"]
@@ -44,37 +46,60 @@ def _route(value: str) -> tuple[str, str]:
     return src, dst
 
 
-def _non_negative(value: str) -> int:
-    n = int(value)
-    if n < 0:
-        raise argparse.ArgumentTypeError("must be >= 0")
+def _whole(minimum: int, what: str, maximum: int | None = None) -> Any:
+    """An argparse type: a whole number in [minimum, maximum]; the error says what was expected."""
+
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            n = None
+        if n is None or n < minimum or (maximum is not None and n > maximum):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {value!r}")
+        return n
+
+    return parse
+
+
+_non_negative = _whole(0, "a whole number >= 0")
+_positive = _whole(1, "a whole number >= 1")
+#: every node is a listening socket and threads in this one process
+MAX_NODES = 64
+_node_count = _whole(1, f"a number of nodes from 1 to {MAX_NODES}", MAX_NODES)
+
+
+def _port_number(value: str) -> int:
+    n = _non_negative(value)
+    if n > 65535:
+        raise argparse.ArgumentTypeError(f"expected a TCP port number 0-65535, got {value!r}")
     return n
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=_non_negative, default=8080,
+    p.add_argument("--port", type=_port_number, default=8080,
                    help="TCP port of node 0; node k uses PORT+k; 0 picks free ports (default 8080)")
-    p.add_argument("--nodes", type=int, default=1, help="number of cluster nodes (default 1)")
+    p.add_argument("--nodes", type=_node_count, default=1, metavar="N",
+                   help=f"number of cluster nodes, 1 to {MAX_NODES} (default 1)")
     p.add_argument("--input-port", action="append", type=_name_id, default=[], metavar="NAME[=ID]",
                    help="a public input port (client SENDs into it); repeatable")
     p.add_argument("--output-port", action="append", type=_name_id, default=[], metavar="NAME[=ID]",
                    help="a public output port (client RECEIVEs from it); repeatable")
     p.add_argument("--route", action="append", type=_route, default=[], metavar="INPUT=OUTPUT",
                    help="queue FlowFiles committed into INPUT on OUTPUT (same node); repeatable")
-    p.add_argument("--ttl", type=_non_negative, default=30,
+    p.add_argument("--ttl", type=_positive, default=30, metavar="SECONDS",
                    help="transaction TTL in seconds (default 30, NiFi's default)")
     p.add_argument("--tls", metavar="DIR",
                    help="serve HTTPS; key material is read from DIR or generated there")
     p.add_argument("--allow", action="append", default=[], metavar="PORT=DN",
                    help="with --tls: certificate DN allowed to use PORT ('*' = every port); "
                         "repeatable; default: the generated client DN may use every port")
-    p.add_argument("--capacity", type=_non_negative, default=None,
+    p.add_argument("--capacity", type=_non_negative, default=None, metavar="N",
                    help="back-pressure threshold (FlowFile count) of every queue; default unbounded")
     p.add_argument("--data-dir", metavar="DIR",
                    help="keep queues durably in DIR (write-ahead journal + snapshots); a restarted "
                         "server serves what it had acknowledged; default: memory only")
-    p.add_argument("--snapshot-every", type=int, default=1000, metavar="N",
+    p.add_argument("--snapshot-every", type=_positive, default=1000, metavar="N",
                    help="with --data-dir: write a snapshot after N journal records (default 1000)")
 
 
@@ -89,6 +114,24 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror + (f": {exc.filename}" if exc.filename else "")
+    return str(exc) or type(exc).__name__
+
+
+def _check_data_dir(path: str) -> None:
+    """The --data-dir exists (or is created) and is a writable directory, else CommandError."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise CommandError(f"--data-dir {path}: cannot create the directory: {_reason(exc)}") from None
+    if not os.path.isdir(path):
+        raise CommandError(f"--data-dir {path}: not a directory")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise CommandError(f"--data-dir {path}: the directory is not writable")
+
+
 def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
     """(ServerApp, TLS material or None) from parsed options; the app is not started yet."""
     from pyspark_s2s.server.app import ServerApp
@@ -100,22 +143,25 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
     for kind, items in (("input", args.input_port), ("output", args.output_port)):
         for name, port_id in items:
             if name in seen:
-                raise SystemExit(f"s2s serve: port name {name!r} given twice")
+                raise UsageError(f"port name {name!r} given twice (--input-port/--output-port)")
             seen.add(name)
             specs.append(PortSpec(name, port_id or port_id_for(name, kind), kind))
     ids = [s.id for s in specs]
     if len(set(ids)) != len(ids):
-        raise SystemExit("s2s serve: two ports share an id")
+        raise UsageError("two ports share an id (--input-port/--output-port NAME=ID)")
     kinds = {s.name: s.kind for s in specs}
     routes: dict[str, str] = {}
     for src, dst in args.route:
         if kinds.get(src) != "input":
-            raise SystemExit(f"s2s serve: --route {src}={dst}: {src!r} is not an input port")
+            raise UsageError(f"--route {src}={dst}: {src!r} is not an input port")
         if kinds.get(dst) != "output":
-            raise SystemExit(f"s2s serve: --route {src}={dst}: {dst!r} is not an output port")
+            raise UsageError(f"--route {src}={dst}: {dst!r} is not an output port")
         routes[src] = dst
-    if args.nodes < 1:
-        raise SystemExit("s2s serve: --nodes must be >= 1")
+    if args.port and args.port + args.nodes - 1 > 65535:
+        raise UsageError(f"--port {args.port} --nodes {args.nodes}: node {args.nodes - 1} would need port "
+                         f"{args.port + args.nodes - 1}, above 65535")
+    if args.data_dir is not None:
+        _check_data_dir(args.data_dir)
     cluster = Cluster(
         host=args.host,
         ports=specs,
@@ -129,17 +175,21 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
     ctx = None
     policy = AccessPolicy()
     if args.tls:
-        material, generated = ensure_material(args.tls)
-        ctx = server_context(material)
+        try:
+            material, generated = ensure_material(args.tls)
+            ctx = server_context(material)
+        except (OSError, ValueError) as exc:
+            raise CommandError(f"--tls {args.tls}: cannot read or create the key material there: "
+                               f"{_reason(exc)}") from None
         try:
             policy = AccessPolicy.from_args(args.allow, kinds)
         except ValueError as exc:
-            raise SystemExit(f"s2s serve: {exc}") from None
+            raise UsageError(f"--allow: {exc}") from None
         where = "generated in" if generated else "read from"
         print(f"s2s: TLS material {where} {material.directory} (ca.pem, server.pem, client.pem, "
               f"client.p12 + client.p12.password, denied.*)", flush=True)
     elif args.allow:
-        raise SystemExit("s2s serve: --allow needs --tls")
+        raise UsageError("--allow needs --tls")
     app = ServerApp(cluster, ssl_context=ctx, policy=policy, base_port=args.port)
     return app, material
 
@@ -156,14 +206,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         try:
             nodes = app.start(args.nodes)
-        except OSError as exc:
+        except (OSError, OverflowError) as exc:
             app.close()
-            print(f"s2s serve: cannot listen: {exc}", file=sys.stderr, flush=True)
-            return 1
+            data_dir = args.data_dir and os.path.abspath(args.data_dir)
+            if data_dir and os.path.abspath(getattr(exc, "filename", None) or "/").startswith(data_dir):
+                raise CommandError(f"--data-dir {args.data_dir}: {_reason(exc)}") from None
+            raise CommandError(f"cannot listen on --host {args.host} --port {args.port}: {_reason(exc)}") from None
         for node in nodes:
             print(listening_line(node.index, node.url), flush=True)
-        while not stop.wait(0.5):
-            pass
+        _wait_for_stop(stop)
     finally:
         app.close()
         for sig, handler in previous.items():
@@ -171,11 +222,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _wait_for_stop(stop: threading.Event) -> None:
+    """Serve until SIGINT/SIGTERM sets ``stop`` (tests of the command line replace this)."""
+    while not stop.wait(0.5):
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="s2s serve", description="Run the reference NiFi Site-to-Site server.")
-    add_arguments(parser)
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)")
-    args = parser.parse_args(argv)
-    level = logging.WARNING if args.verbose <= 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run(args)
+    """``python -m pyspark_s2s.server ARGS`` = ``s2s serve ARGS`` (same flags, errors and exit statuses)."""
+    from pyspark_s2s import cli
+
+    return cli.main(["serve", *(sys.argv[1:] if argv is None else argv)])
