@@ -205,6 +205,7 @@ def test_transaction_on_a_chosen_peer(cluster):
         tx.cancel()
 
 
+@pytest.mark.slow
 def test_a_slow_peer_refresh_does_not_block_other_threads(srv):
     # NiFi keeps using the old (even expired) peer list until a refresh succeeds (§9). While one
     # thread waits on a slow /site-to-site/peers, another picks a peer from the old list at once.

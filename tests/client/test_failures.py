@@ -117,6 +117,7 @@ def test_server_error_on_create_penalizes_and_reports(srv):
         assert tx.complete().flow_files == 1
 
 
+@pytest.mark.slow
 def test_keepalive_extends_a_slow_send(short):  # item 17 / §6 (send side)
     with SiteToSiteClient(url=short.url, portName="in") as c:
         tx = c.create_transaction("send")
@@ -132,6 +133,7 @@ def test_keepalive_extends_a_slow_send(short):  # item 17 / §6 (send side)
     assert short.admin.queued("out") == 2
 
 
+@pytest.mark.slow
 def test_keepalive_slow_receiver(short):  # item 17
     short.admin.enqueue("out", count=3, size=10)
     with SiteToSiteClient(url=short.url, portName="out") as c:
@@ -148,6 +150,7 @@ def test_keepalive_slow_receiver(short):  # item 17
     assert tx.extensions >= 1 and short.admin.queued("out") == 0
 
 
+@pytest.mark.slow
 def test_without_keepalive_server_expires(short):
     """The server really expires idle transactions (so the keep-alive test above means something)."""
     with SiteToSiteClient(url=short.url, portName="in") as c:

@@ -523,7 +523,7 @@ def test_batch_duration_sends_at_least_one(srv, s2s: S2S) -> None:
     "headers,stall",
     [
         ({Header.BATCH_DURATION: "300"}, 0.4),  # an explicit duration
-        ({}, 5.1),  # no limits at all: NiFi's 5 s default (DEFAULT_BATCH_NANOS), not a count
+        pytest.param({}, 5.1, marks=pytest.mark.slow),  # no limits at all: NiFi's 5 s default (DEFAULT_BATCH_NANOS), not a count
     ],
 )
 def test_batch_stops_once_the_duration_has_passed(srv, s2s: S2S, headers, stall) -> None:

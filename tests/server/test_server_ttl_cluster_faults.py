@@ -74,6 +74,7 @@ def test_expire_unknown_transaction_is_404(ttl_srv) -> None:
     assert err.value.status == 404
 
 
+@pytest.mark.slow
 def test_cleanup_task_expires_and_put_extends(ttl_srv) -> None:
     # TTL 2 s: expired once the whole elapsed seconds exceed 2 (i.e. after 3 s without contact)
     s2s = S2S(ttl_srv.api())
