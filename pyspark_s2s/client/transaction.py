@@ -592,6 +592,38 @@ class SendTransaction(_Transaction):
         self.flow_files += 1
         self.bytes += size
 
+    def send_encoded(self, parts: list[bytes | memoryview], flow_files: int, content_bytes: int) -> None:
+        """Send ``flow_files`` whole packets the caller encoded in NiFi's codec (``parts``: their
+        bytes in order, e.g. slices of an Arrow buffer; ``content_bytes``: their content bytes).
+
+        For vectorised encoders (the Spark sink); checksummed like :meth:`send`. Large parts are
+        handed to the upload as slices of the same buffer, which must not change afterwards.
+        Not with ``useCompression`` (NiFi wants one compression frame per packet).
+        """
+        machine = self._machine
+        if machine.state is not ClientState.DATA_EXCHANGED or self._failure is not None:
+            with self._lock:
+                self._check(ClientEvent.SEND_PACKET)
+        try:
+            if self._upload is None:
+                self._start_upload()
+            last = len(parts) - 1
+            for i, part in enumerate(parts):
+                out = self._encoder.encoded(part, flow_files if i == last else 0)
+                if len(out) < _DIRECT:
+                    self._put(out)
+                    continue
+                view = memoryview(out)
+                self._flush()
+                assert self._upload is not None
+                self._upload.put([view[i : i + _SLICE] for i in range(0, len(view), _SLICE)])
+        except S2SError as exc:
+            raise self._fail(exc) from None
+        if machine.state is not ClientState.DATA_EXCHANGED:
+            self._handle(ClientEvent.SEND_PACKET)
+        self.flow_files += flow_files
+        self.bytes += content_bytes
+
     def _begin(self, attrs: Mapping[str, str], size: int) -> bytes:
         try:
             return self._encoder.begin(attrs, size)

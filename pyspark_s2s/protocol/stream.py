@@ -80,6 +80,19 @@ class PacketStreamEncoder:
     def packet(self, attributes: Mapping[str, str], content: bytes | bytearray | memoryview) -> bytes:
         return self.begin(attributes, len(content)) + self.content(content) + self.end()
 
+    def encoded(self, plain: bytes | bytearray | memoryview, packets: int) -> bytes | bytearray | memoryview:
+        """``packets`` whole packets the caller encoded itself (their uncompressed codec bytes, e.g.
+        from a vectorised encoder), checksummed and counted as if :meth:`packet` had made them.
+        Returns ``plain`` (not copied). Not with compression (each packet must be its own frame)."""
+        if self._left is not None:
+            raise ProtocolError("encoded() called while a packet is still open")
+        if self.compress:
+            raise ProtocolError("pre-encoded packets cannot be sent with compression (one frame per packet)")
+        self._crc.update(plain)
+        self._plain_bytes += len(plain)
+        self._packets += packets
+        return plain
+
     def begin(self, attributes: Mapping[str, str], content_length: int) -> bytes:
         if self._left is not None:
             raise ProtocolError("begin() called while a packet is still open")

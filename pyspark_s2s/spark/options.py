@@ -166,6 +166,9 @@ class SparkOptions:
     commit_mode: str = "task"
     routing: str = "weighted"
     routing_attribute: str | None = None
+    #: Spark's ``checkpointLocation`` when the query passes it as an option (the sink's batch-mode
+    #: commit log lives under it); not a row of the table, Spark sets it
+    checkpoint_location: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> SparkOptions:
@@ -182,7 +185,8 @@ class SparkOptions:
         if client.port_name is None and client.port_identifier is None:
             raise ConfigError("portName (or portIdentifier) is required: the NiFi port to read from or "
                               "write to", option="portName")
-        parsed = cls(client=client, **spark)
+        checkpoint = next((v for k, v in options.items() if str(k).lower() == "checkpointlocation"), None)
+        parsed = cls(client=client, **spark, checkpoint_location=checkpoint or None)
         if parsed.routing == "attribute" and parsed.routing_attribute is None:
             raise ConfigError("routing=attribute needs routingAttribute (the attribute whose value picks "
                               "the node)", option="routingAttribute")

@@ -1,0 +1,77 @@
+"""How the sink spreads rows over NiFi nodes: the consistent hash ring and the round-robin rotation.
+
+Owns: :class:`HashRing` (attribute routing: equal values reach the same node, a node joining or
+leaving moves about 1/N of the values) and :func:`route_values` (the route of each distinct
+value of one Arrow column, hashed once per distinct value, not once per row).
+
+Pure Python (``hashlib``, ``bisect``); pyarrow only in :func:`route_values`. Must not import:
+pyspark, the server, the client.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["MISSING", "VIRTUAL_NODES", "HashRing", "route_values"]
+
+#: points each node gets on the ring (more points = a more even share of the keys)
+VIRTUAL_NODES = 160
+#: the key a row without the routing attribute (or with a null value) is hashed as: a value of its
+#: own, distinct from every string value (those are hashed with a ``v:`` prefix)
+MISSING = b"m:"
+
+
+def _point(data: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
+
+
+def value_key(value: str | None) -> bytes:
+    """The bytes a routing value is hashed as (``None`` = the attribute is missing)."""
+    return MISSING if value is None else b"v:" + value.encode("utf-8")
+
+
+class HashRing:
+    """A consistent hash ring over node names (e.g. ``"host:port"``).
+
+    Each node owns :data:`VIRTUAL_NODES` points; a key belongs to the first point at or after its
+    hash (wrapping around). The ring depends only on the set of names, not on their order.
+    """
+
+    def __init__(self, nodes: Sequence[str], virtual_nodes: int = VIRTUAL_NODES) -> None:
+        if not nodes:
+            raise ValueError("a hash ring needs at least one node")
+        points: list[tuple[int, str]] = []
+        for node in sorted(set(nodes)):
+            for i in range(virtual_nodes):
+                points.append((_point(f"{node}#{i}".encode()), node))
+        points.sort()
+        self._hashes = [h for h, _ in points]
+        self._nodes = [n for _, n in points]
+        self.nodes = tuple(sorted(set(nodes)))
+
+    def node_for(self, key: bytes) -> str:
+        """The node owning ``key`` (see :func:`value_key`)."""
+        i = bisect.bisect_left(self._hashes, _point(key))
+        return self._nodes[i % len(self._nodes)]
+
+    def __repr__(self) -> str:
+        return f"HashRing({list(self.nodes)!r})"
+
+
+def route_values(values: Any, ring: HashRing, index: dict[str, int]) -> Any:
+    """The route number (``index[node]``) of every row of the Arrow string array ``values``.
+
+    Nulls are the missing value. Each distinct value is hashed once (dictionary encoding).
+    Returns an Arrow int32 array, one entry per row.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    encoded = pc.dictionary_encode(values, null_encoding="encode")
+    if isinstance(encoded, pa.ChunkedArray):
+        encoded = encoded.combine_chunks()
+    routes = [index[ring.node_for(value_key(v))] for v in encoded.dictionary.to_pylist()]
+    return pc.take(pa.array(routes, pa.int32()), encoded.indices)

@@ -1,0 +1,702 @@
+"""The ``nifi-s2s`` sink: Spark rows into a NiFi input port (``df.write`` / ``df.writeStream``).
+
+Owns: the accepted input columns (:func:`check_sink_schema`), the de-duplication attributes every
+FlowFile carries (:data:`SINK_ATTRIBUTES`), the vectorised packet encoder over Arrow columns
+(:func:`encode_packets`), the executor side (:func:`write_partition`: routing, splitting into
+transactions by ``batchCount`` / ``batchSize`` / ``batchDuration``, back-pressure, commit or
+hand-over), the driver side of ``commitMode=batch`` (:func:`commit_handles`, :func:`abort_handles`,
+the per-batch commit log under ``checkpointLocation``) and the writers Spark instantiates
+(:class:`NiFiStreamWriter`, :class:`NiFiBatchWriter`).
+
+Behaviour and guarantees are documented in ``docs/spark-sink.md``. Must not import: the server.
+Everything Spark pickles (writers, commit messages, errors) holds only plain data.
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import logging
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import BinaryType, MapType, StringType, StructType
+
+from pyspark_s2s.client import SiteToSiteClient
+from pyspark_s2s.client.client import _raises_at_once
+from pyspark_s2s.client.transaction import SendTransaction, TransactionHandle
+from pyspark_s2s.errors import ConfigError, NoPeerAvailableError, S2SError, TransactionNotFoundError
+from pyspark_s2s.protocol.codes import Direction
+from pyspark_s2s.protocol.peers import PeerStatus
+from pyspark_s2s.spark.options import SparkOptions
+from pyspark_s2s.spark.routing import HashRing, route_values
+
+__all__ = [
+    "ATTR_ATTEMPT",
+    "ATTR_BATCH_ID",
+    "ATTR_PARTITION_ID",
+    "ATTR_QUERY_ID",
+    "ATTR_SEQUENCE",
+    "SINK_ATTRIBUTES",
+    "NiFiBatchWriter",
+    "NiFiStreamWriter",
+    "SinkCommitMessage",
+    "TaskIds",
+    "check_sink_schema",
+    "encode_packets",
+]
+
+logger = logging.getLogger(__name__)
+
+#: the streaming query's id (``query.id``); for a batch ``df.write``: ``write-<uuid>``, one per write
+ATTR_QUERY_ID = "spark.query.id"
+#: the micro-batch id; ``0`` for a batch ``df.write``
+ATTR_BATCH_ID = "spark.batch.id"
+#: the Spark partition (task index) that sent the row
+ATTR_PARTITION_ID = "spark.partition.id"
+#: the task attempt (0 first; a retried task sends again with a higher attempt)
+ATTR_ATTEMPT = "spark.task.attempt"
+#: the row's position in its partition (0, 1, ...): with query, batch and partition the row's key
+ATTR_SEQUENCE = "spark.sequence"
+#: the attributes every FlowFile gets, in wire order (after the row's own attributes)
+SINK_ATTRIBUTES = (ATTR_QUERY_ID, ATTR_BATCH_ID, ATTR_PARTITION_ID, ATTR_ATTEMPT, ATTR_SEQUENCE)
+
+#: Spark's local properties that carry the streaming query id and batch id into tasks
+_QUERY_ID_PROPERTY = "sql.streaming.queryId"
+_BATCH_ID_PROPERTY = "streaming.sql.batchId"
+#: how often a task extends the transactions it already handed over (batch mode), at most
+_EXTEND_EVERY = 10.0
+#: commit-log entries kept per query (Spark keeps 100 batches of metadata by default)
+_LOG_RETAIN = 100
+
+_I32 = pa.int32()
+_BIN = pa.large_binary()
+
+
+# -- columns -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SinkLayout:
+    """Where the sink's columns are in the incoming batches."""
+
+    content: int
+    attributes: int | None
+
+
+def check_sink_schema(schema: StructType) -> SinkLayout:
+    """Accept ``content`` (binary or string, required) and ``attributes`` (map<string,string>,
+    optional); refuse anything else with a message that says how to build ``content``."""
+    names = [f.name for f in schema.fields]
+    extra = [n for n in names if n not in ("content", "attributes")]
+    hint = ("The nifi-s2s sink takes the columns content (binary or string: the FlowFile content) and, "
+            "optionally, attributes (map<string,string>: the FlowFile attributes). Build them from your "
+            "columns, e.g. df.select(to_json(struct(*)).alias('content')) or "
+            "df.select(col('payload').alias('content'), create_map(lit('key'), col('id')).alias('attributes'))")
+    if "content" not in names:
+        raise ConfigError(f"no 'content' column (got {schema.simpleString()}). {hint}", option="content")
+    if extra:
+        raise ConfigError(f"unsupported column(s) {', '.join(map(repr, extra))} (got {schema.simpleString()}). "
+                          f"{hint}", option=extra[0])
+    content = schema["content"].dataType
+    if not isinstance(content, (BinaryType, StringType)):
+        raise ConfigError(f"'content' must be binary or string, not {content.simpleString()}. {hint}",
+                          option="content")
+    attributes = None
+    if "attributes" in names:
+        t = schema["attributes"].dataType
+        if not (isinstance(t, MapType) and isinstance(t.keyType, StringType)
+                and isinstance(t.valueType, StringType)):
+            raise ConfigError(f"'attributes' must be map<string,string>, not {t.simpleString()}. {hint}",
+                              option="attributes")
+        attributes = names.index("attributes")
+    return SinkLayout(names.index("content"), attributes)
+
+
+# -- the task's identity -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskIds:
+    """The values of the de-duplication attributes a task writes."""
+
+    query_id: str
+    batch_id: str
+    partition: int
+    attempt: int
+
+    @classmethod
+    def current(cls, write_token: str) -> TaskIds:
+        """From Spark's TaskContext: the streaming query and batch ids travel as local properties;
+        a batch ``df.write`` has none and uses the writer's token (made once, on the driver)."""
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        if tc is None:  # called outside a Spark task (tests)
+            return cls(f"write-{write_token}", "0", 0, 0)
+        query = tc.getLocalProperty(_QUERY_ID_PROPERTY)
+        batch = tc.getLocalProperty(_BATCH_ID_PROPERTY)
+        return cls(query or f"write-{write_token}", batch if batch is not None else "0",
+                   tc.partitionId(), tc.attemptNumber())
+
+
+# -- the vectorised encoder ----------------------------------------------------------------------
+
+
+def _be_binary(values: pa.Array, width: int) -> pa.Array:
+    """Big-endian ``width``-byte renderings of an integer array, as a binary array (C speed)."""
+    values = values.cast(pa.int32() if width == 4 else pa.int64())
+    if values.null_count:
+        values = pc.fill_null(values, 0)
+    start = values.offset * width
+    buf = array.array("i" if width == 4 else "q")
+    assert buf.itemsize == width
+    buf.frombytes(memoryview(values.buffers()[1])[start : start + len(values) * width])
+    if sys.byteorder == "little":
+        buf.byteswap()
+    fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(values), [None, pa.py_buffer(buf)])
+    return fixed.cast(_BIN)
+
+
+def _pair(key: str, value: str) -> bytes:
+    k, v = key.encode("utf-8"), value.encode("utf-8")
+    return len(k).to_bytes(4, "big") + k + len(v).to_bytes(4, "big") + v
+
+
+def _user_attributes(attrs: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """(encoded pairs of each row as one binary, attribute count per row) of a map column.
+    A null map is no attributes; a null value drops its key."""
+    if attrs.null_count:
+        offs = attrs.offsets
+        lengths = pc.subtract(offs.slice(1), offs.slice(0, len(offs) - 1))
+        if pc.any(pc.and_(attrs.is_null(), pc.greater(lengths, 0))).as_py():
+            # a null map over a non-empty range (Spark does not write these): normalise once
+            attrs = pa.array(attrs.to_pylist(), attrs.type)
+    offs = attrs.offsets
+    keys = attrs.keys.cast(_BIN)
+    values = attrs.items.cast(_BIN)
+    pairs = pc.binary_join_element_wise(_be_binary(pc.binary_length(keys), 4), keys,
+                                        _be_binary(pc.binary_length(values), 4), values,
+                                        pa.scalar(b"", _BIN))
+    valid = values.is_valid().cast(pa.int64())
+    if values.null_count:
+        pairs = pc.fill_null(pairs, pa.scalar(b"", _BIN))
+    running = pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(valid)])
+    counts = pc.subtract(running.take(offs.slice(1)), running.take(offs.slice(0, len(offs) - 1)))
+    joined = pc.binary_join(pa.LargeListArray.from_arrays(offs.cast(pa.int64()), pairs), pa.scalar(b"", _BIN))
+    return joined, counts
+
+
+def encode_packets(content: pa.Array, attributes: pa.Array | None, ids: TaskIds, first_sequence: int
+                   ) -> tuple[pa.Array, pa.Array]:
+    """NiFi packets (``StandardFlowFileCodec`` v1) of a batch of rows, built by Arrow kernels.
+
+    Returns ``(packets, content_lengths)``: a large_binary array with one whole packet per row
+    (its data buffer is the packet stream, contiguous) and the content length of each row.
+    Attributes: the row's own (``attributes``, nulls dropped), then :data:`SINK_ATTRIBUTES`
+    (so they win where a receiver keeps the last value of a name). Null content is empty content.
+    """
+    n = len(content)
+    body = pc.fill_null(content.cast(_BIN), pa.scalar(b"", _BIN))
+    lengths = pc.binary_length(body).cast(pa.int64())
+    common = b"".join(_pair(k, v) for k, v in (
+        (ATTR_QUERY_ID, ids.query_id), (ATTR_BATCH_ID, ids.batch_id),
+        (ATTR_PARTITION_ID, str(ids.partition)), (ATTR_ATTEMPT, str(ids.attempt)),
+    ))
+    seq_key = len(ATTR_SEQUENCE).to_bytes(4, "big") + ATTR_SEQUENCE.encode()
+    sequence = pa.array(range(first_sequence, first_sequence + n), pa.int64()).cast(pa.string()).cast(_BIN)
+    own = len(SINK_ATTRIBUTES)
+    if attributes is not None:
+        user, counts = _user_attributes(attributes)
+        counts = pc.add(counts, own)
+    else:
+        user, counts = pa.scalar(b"", _BIN), pa.array([own] * n, pa.int64())
+    packets = pc.binary_join_element_wise(
+        _be_binary(counts, 4), user, pa.scalar(common + seq_key, _BIN),
+        _be_binary(pc.binary_length(sequence), 4), sequence,
+        _be_binary(lengths, 8), body, pa.scalar(b"", _BIN))
+    return packets, lengths
+
+
+def _packet_slices(packets: pa.Array, start: int, stop: int) -> memoryview:
+    """The contiguous packet bytes of rows ``start:stop`` (no copy)."""
+    offsets = packets.buffers()[1]
+    base = packets.offset
+    offs = memoryview(offsets).cast("B")[(base + start) * 8: (base + stop + 1) * 8]
+    lo = int.from_bytes(offs[:8], sys.byteorder, signed=True)
+    hi = int.from_bytes(offs[-8:], sys.byteorder, signed=True)
+    return memoryview(packets.buffers()[2])[lo:hi]
+
+
+# -- commit messages ---------------------------------------------------------------------------
+
+
+@dataclass
+class SinkCommitMessage(WriterCommitMessage):
+    """What one task did. In ``commitMode=batch`` it also carries the task's confirmed, uncommitted
+    transactions (picklable handles) for the driver to commit or cancel."""
+
+    partition: int
+    attempt: int
+    flow_files: int
+    bytes: int
+    transactions: int
+    handles: tuple[TransactionHandle, ...] = ()
+    #: wall-clock time (``time.time()``) of the last TTL extension of ``handles``
+    extended_at: float = 0.0
+    backoffs: int = 0
+
+
+# -- the executor side ---------------------------------------------------------------------------
+
+
+def _with_prefix(exc: S2SError, prefix: str) -> S2SError:
+    """The same error (same class, context kept) with ``prefix`` in front of its message."""
+    import copy
+
+    new = copy.copy(exc)
+    new.message = f"{prefix}: {exc.message}"
+    new.args = (new.message,)
+    return new
+
+
+class _HandleKeeper:
+    """Keeps the transactions a task already handed over (batch mode) alive until it returns."""
+
+    def __init__(self, client: SiteToSiteClient) -> None:
+        self._client = client
+        self.handles: list[TransactionHandle] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: S2SError | None = None
+        self.extended_at = time.time()
+
+    def add(self, handle: TransactionHandle) -> None:
+        with self._lock:
+            self.handles.append(handle)
+            if self._thread is None:
+                interval = max(0.5, min(_EXTEND_EVERY, handle.ttl_seconds / 3))
+                self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True,
+                                                name="s2s-sink-keepalive")
+                self._thread.start()
+
+    def extend_all(self) -> None:
+        with self._lock:
+            handles = list(self.handles)
+        started = time.time()
+        for h in handles:
+            self._client.extend(h)
+        self.extended_at = started
+
+    def _run(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                self.extend_all()
+            except S2SError as exc:
+                self.error = exc
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
+class _PartitionWriter:
+    """One task's output: open transactions per route, split by the batch limits."""
+
+    def __init__(self, opts: SparkOptions, layout: SinkLayout, ids: TaskIds) -> None:
+        self.opts = opts
+        self.layout = layout
+        self.ids = ids
+        self.batch_mode = opts.commit_mode == "batch"
+        cfg = opts.client
+        if cfg.use_compression:
+            raise ConfigError("the nifi-s2s sink does not support useCompression yet", option="useCompression")
+        self.client = SiteToSiteClient(cfg)
+        self.max_count = int(cfg.batch_count or 0)
+        self.max_bytes = int(cfg.batch_size or 0)
+        self.max_seconds = float(cfg.batch_duration or 0)
+        self.deadline_seconds = max(float(cfg.timeout), 5.0)
+        self.open: dict[int, SendTransaction] = {}
+        self.keeper = _HandleKeeper(self.client) if self.batch_mode else None
+        self.sequence = 0
+        self.flow_files = 0
+        self.bytes = 0
+        self.transactions = 0
+        self.backoffs = 0
+        self.routes: list[str | None] = [None]  # route -> "host:port" (None: NiFi's weighted choice)
+        self.ring: HashRing | None = None
+        if opts.routing != "weighted":
+            peers = [p for p, _ in self.client.peer_statuses(Direction.SEND)]
+            if not peers:
+                raise NoPeerAvailableError(f"no peers known for port {cfg.port}", port=cfg.port)
+            self.routes = [f"{p.hostname}:{p.port}" for p in sorted(peers, key=lambda p: p.key)]
+            if opts.routing == "attribute":
+                self.ring = HashRing([r for r in self.routes if r is not None])
+        self.route_index = {r: i for i, r in enumerate(self.routes) if r is not None}
+
+    # -- routing -----------------------------------------------------------------------------
+    def _routes_of(self, batch: pa.RecordBatch) -> pa.Array | None:
+        """Route number of each row, or None when every row takes route 0."""
+        n = batch.num_rows
+        if self.opts.routing == "weighted" or len(self.routes) == 1:
+            return None
+        if self.opts.routing == "roundRobin":
+            k = len(self.routes)
+            first = (self.sequence + self.ids.partition) % k
+            cycle = [(first + i) % k for i in range(k)]
+            return pa.array((cycle * (n // k + 1))[:n], pa.int32())
+        assert self.ring is not None and self.opts.routing_attribute is not None
+        if self.layout.attributes is None:
+            values = pa.nulls(n, pa.string())
+        else:
+            values = pc.map_lookup(batch.column(self.layout.attributes),
+                                   pa.scalar(self.opts.routing_attribute, pa.string()), "first")
+        return route_values(values, self.ring, self.route_index)
+
+    # -- transactions ------------------------------------------------------------------------
+    def _create(self, route: int) -> SendTransaction:
+        """A send transaction for ``route``, waiting out a full destination (bounded by
+        ``timeout``): nothing was sent yet, so trying again neither drops nor duplicates rows."""
+        target = self.routes[route]
+        deadline = time.monotonic() + self.deadline_seconds
+        pause = 0.1
+        while True:
+            try:
+                tx = self.client.create_transaction(Direction.SEND, peer=target)
+                assert isinstance(tx, SendTransaction)
+                return tx
+            except S2SError as exc:
+                if target is not None and self.ring is None and exc.retriable and not _raises_at_once(exc):
+                    # round robin: a full or unreachable peer is skipped; NiFi's choice among the rest
+                    logger.info("%s: %s failed (%s); another peer takes its rows", self._where(), target, exc)
+                    target = None
+                    continue
+                if _raises_at_once(exc) or not exc.retriable or time.monotonic() + pause > deadline:
+                    raise _with_prefix(exc, f"{self._where()}: no transaction could be opened"
+                                       + (f" on {target}" if target else "")) from None
+                logger.info("%s: %s; trying again in %.1f s", self._where(), exc, pause)
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)
+
+    def _where(self) -> str:
+        i = self.ids
+        return (f"nifi-s2s sink (port {self.opts.client.port}, query {i.query_id}, batch {i.batch_id}, "
+                f"partition {i.partition}, attempt {i.attempt})")
+
+    def _finish(self, route: int) -> None:
+        """Confirm (CRC compare) the route's transaction, then commit it (task mode) or hand it
+        over (batch mode)."""
+        tx = self.open.pop(route)
+        try:
+            tx.confirm()
+            if self.keeper is not None:
+                self.keeper.add(tx.detach())
+            else:
+                completion = tx.complete()
+                if completion.backoff:
+                    self.backoffs += 1
+                    # destination full after this commit: prefer the other peers for a while
+                    self.client.penalize(tx.peer)
+        except S2SError as exc:
+            tx.cancel(f"{type(exc).__name__}: {exc.message}")
+            raise _with_prefix(exc, self._where()) from None
+        self.transactions += 1
+        self.flow_files += tx.flow_files
+        self.bytes += tx.bytes
+
+    def _full(self, tx: SendTransaction, age_from: float) -> bool:
+        return bool((self.max_count and tx.flow_files >= self.max_count)
+                    or (self.max_bytes and tx.bytes >= self.max_bytes)
+                    or (self.max_seconds and time.monotonic() - age_from >= self.max_seconds))
+
+    def _send_rows(self, route: int, packets: pa.Array, lengths: list[int]) -> None:
+        n = len(lengths)
+        start = 0
+        while start < n:
+            tx = self.open.get(route)
+            if tx is None:
+                tx = self.open[route] = self._create(route)
+                self._started[route] = time.monotonic()
+            stop = n
+            if self.max_count:
+                stop = min(stop, start + max(1, self.max_count - tx.flow_files))
+            if self.max_bytes:
+                room, j = self.max_bytes - tx.bytes, start
+                while j < stop and (room > 0 or j == start):
+                    room -= lengths[j]
+                    j += 1
+                stop = j
+            try:
+                tx.send_encoded([_packet_slices(packets, start, stop)], stop - start, sum(lengths[start:stop]))
+            except S2SError as exc:
+                raise _with_prefix(exc, self._where()) from None
+            start = stop
+            if self._full(tx, self._started[route]):
+                self._finish(route)
+
+    def write_batch(self, batch: pa.RecordBatch) -> None:
+        n = batch.num_rows
+        if not n:
+            return
+        if self.keeper is not None and self.keeper.error is not None:
+            raise _with_prefix(self.keeper.error, f"{self._where()}: keeping handed-over transactions alive failed")
+        attributes = batch.column(self.layout.attributes) if self.layout.attributes is not None else None
+        packets, lengths = encode_packets(batch.column(self.layout.content), attributes, self.ids, self.sequence)
+        routes = self._routes_of(batch)
+        self.sequence += n
+        if routes is None:
+            self._send_rows(0, packets, lengths.to_pylist())
+            return
+        for route in range(len(self.routes)):
+            mask = pc.equal(routes, route)
+            if not pc.any(mask).as_py():
+                continue
+            self._send_rows(route, packets.filter(mask), lengths.filter(mask).to_pylist())
+
+    def run(self, batches: Iterable[pa.RecordBatch]) -> SinkCommitMessage:
+        self._started: dict[int, float] = {}
+        try:
+            for batch in batches:
+                self.write_batch(batch)
+            for route in list(self.open):
+                self._finish(route)
+            handles: tuple[TransactionHandle, ...] = ()
+            extended_at = 0.0
+            if self.keeper is not None:
+                self.keeper.stop()
+                if self.keeper.error is not None:
+                    raise _with_prefix(self.keeper.error,
+                                       f"{self._where()}: keeping handed-over transactions alive failed")
+                self.keeper.extend_all()  # a full TTL for the driver from now on
+                handles, extended_at = tuple(self.keeper.handles), self.keeper.extended_at
+            return SinkCommitMessage(self.ids.partition, self.ids.attempt, self.flow_files, self.bytes,
+                                     self.transactions, handles, extended_at, self.backoffs)
+        except BaseException as exc:
+            self._abandon(exc)
+            raise
+        finally:
+            self.client.close()
+
+    def _abandon(self, exc: BaseException) -> None:
+        """After a failure: cancel what is open and (batch mode) what was handed over, so the
+        failed attempt leaves nothing behind to commit."""
+        reason = f"task failed: {type(exc).__name__}"
+        for route in list(self.open):
+            tx = self.open.pop(route)
+            try:
+                tx.cancel(reason)
+            except S2SError as cancel_exc:
+                logger.warning("%s: canceling %s failed: %s", self._where(), tx.transaction_url, cancel_exc)
+        if self.keeper is not None:
+            self.keeper.stop()
+            _cancel_all(self.client, self.keeper.handles, self._where())
+
+
+def write_partition(opts: SparkOptions, layout: SinkLayout, batches: Iterator[pa.RecordBatch],
+                    ids: TaskIds) -> SinkCommitMessage:
+    """The body of ``write()`` on an executor."""
+    return _PartitionWriter(opts, layout, ids).run(batches)
+
+
+# -- the driver side of commitMode=batch ---------------------------------------------------------
+
+
+def _cancel_all(client: SiteToSiteClient, handles: Iterable[TransactionHandle], where: str) -> list[str]:
+    """Cancel every handle (an already expired or unknown one is fine); returns the failures."""
+    failures = []
+    for h in handles:
+        try:
+            client.cancel(h)
+        except S2SError as exc:
+            logger.warning("%s: canceling %s failed: %s", where, h.transaction_url, exc)
+            failures.append(str(exc))
+    return failures
+
+
+class CommitLog:
+    """Which partitions of a micro-batch the driver committed (``commitMode=batch``), under
+    ``<checkpointLocation>/nifi-s2s-sink/batch-<N>/part-<P>.json`` listing the transaction ids.
+
+    It makes ``commit`` idempotent per batch id: a partition logged as committed is not committed
+    again (same transactions: nothing to do; a re-run's new transactions: canceled, they would be
+    duplicates). Written after all of a partition's transactions are committed.
+    """
+
+    def __init__(self, location: str) -> None:
+        self.location = location.rstrip("/") + "/nifi-s2s-sink"
+
+    def _fs(self) -> tuple[Any, str]:
+        import pyarrow.fs as pafs
+
+        if "://" in self.location:
+            fs, path = pafs.FileSystem.from_uri(self.location)
+            return fs, path
+        return pafs.LocalFileSystem(), self.location
+
+    def _path(self, batch: int, partition: int | None = None) -> tuple[Any, str]:
+        fs, root = self._fs()
+        d = f"{root}/batch-{batch:012d}"
+        return fs, d if partition is None else f"{d}/part-{partition:05d}.json"
+
+    def committed(self, batch: int, partition: int) -> list[str] | None:
+        import pyarrow.fs as pafs
+
+        fs, path = self._path(batch, partition)
+        if fs.get_file_info(path).type == pafs.FileType.NotFound:
+            return None
+        with fs.open_input_stream(path) as fh:
+            return list(json.loads(fh.read())["transactions"])
+
+    def record(self, batch: int, partition: int, transactions: list[str]) -> None:
+        fs, path = self._path(batch, partition)
+        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+        with fs.open_output_stream(tmp) as fh:
+            fh.write(json.dumps({"transactions": transactions, "committedAt": time.time()}).encode())
+        fs.move(tmp, path)
+
+    def forget_before(self, batch: int) -> None:
+        import pyarrow.fs as pafs
+
+        fs, d = self._path(batch - _LOG_RETAIN)
+        if batch >= _LOG_RETAIN and fs.get_file_info(d).type != pafs.FileType.NotFound:
+            fs.delete_dir(d)
+
+
+def _ids(handles: Iterable[TransactionHandle]) -> list[str]:
+    return sorted(h.transaction_id for h in handles)
+
+
+def commit_handles(opts: SparkOptions, messages: list[Any], batch_id: int | None,
+                   log: CommitLog | None) -> None:
+    """Commit every transaction of a batch (driver, ``commitMode=batch``).
+
+    1. Partitions the commit log already shows as committed are skipped (their new transactions,
+       if any, canceled: a re-run of a committed batch).
+    2. Every remaining transaction is extended first (PUT): if one is gone (expired after the
+       TTL, or unknown), all are canceled and the batch fails, naming the TTL — nothing committed.
+    3. Then all are committed, partition by partition, each logged once committed. NiFi has no
+       commit spanning transactions: a failure here leaves the partitions before it committed
+       (the error says which); the rows carry the de-duplication attributes.
+    """
+    mine = [m for m in messages if isinstance(m, SinkCommitMessage)]
+    where = f"nifi-s2s sink (port {opts.client.port}, batch {batch_id if batch_id is not None else 'write'})"
+    with SiteToSiteClient(opts.client) as client:
+        todo: list[SinkCommitMessage] = []
+        for m in mine:
+            done = log.committed(batch_id, m.partition) if log is not None and batch_id is not None else None
+            if done is None:
+                todo.append(m)
+            elif done == _ids(m.handles):
+                logger.info("%s: partition %d already committed", where, m.partition)
+            else:
+                logger.info("%s: partition %d was committed by an earlier run; canceling its %d new "
+                            "transactions (duplicates)", where, m.partition, len(m.handles))
+                _cancel_all(client, m.handles, where)
+        handles = [h for m in todo for h in m.handles]
+        for m in todo:
+            for h in m.handles:
+                try:
+                    client.extend(h)
+                except S2SError as exc:
+                    age = time.time() - m.extended_at
+                    _cancel_all(client, handles, where)
+                    gone = isinstance(exc, TransactionNotFoundError) or exc.http_status == 404
+                    why = (f"transaction {h.transaction_id} on {h.peer} (partition {m.partition}) is gone: the "
+                           f"server's transaction TTL is {h.ttl_seconds} s and the task handed it over "
+                           f"{age:.1f} s ago (the driver commits only after the last task of the batch "
+                           "ends; keep batches shorter than the TTL or raise the TTL on NiFi)") if gone else \
+                        f"extending transaction {h.transaction_id} on {h.peer} (partition {m.partition}) failed"
+                    raise _with_prefix(exc, f"{where}: {why}; all {len(handles)} transactions of the batch "
+                                            "were canceled, nothing was committed") from None
+        committed = 0
+        for m in todo:
+            for h in m.handles:
+                try:
+                    completion = client.commit(h)
+                except S2SError as exc:
+                    rest = [x for mm in todo for x in mm.handles][committed + 1:]
+                    _cancel_all(client, rest, where)
+                    raise _with_prefix(exc, f"{where}: committing transaction {h.transaction_id} on {h.peer} "
+                                            f"(partition {m.partition}) failed after {committed} of "
+                                            f"{len(handles)} transactions were committed; the "
+                                            f"{len(rest)} after it were canceled") from None
+                committed += 1
+                if completion.backoff:
+                    logger.info("%s: %s answered 'destination full' to the commit", where, h.peer)
+            if log is not None and batch_id is not None:
+                log.record(batch_id, m.partition, _ids(m.handles))
+        if log is not None and batch_id is not None:
+            log.forget_before(batch_id)
+    logger.info("%s: committed %d transactions (%d FlowFiles)", where, committed,
+                sum(m.flow_files for m in todo))
+
+
+def abort_handles(opts: SparkOptions, messages: list[Any], batch_id: int | None) -> None:
+    """Cancel every handed-over transaction of a failed or stopped batch (driver)."""
+    handles = [h for m in messages if isinstance(m, SinkCommitMessage) for h in m.handles]
+    if not handles:
+        return
+    where = f"nifi-s2s sink (port {opts.client.port}, batch {batch_id if batch_id is not None else 'write'})"
+    with SiteToSiteClient(opts.client) as client:
+        failures = _cancel_all(client, handles, where)
+    if failures:
+        # not fatal for the data (an uncommitted transaction rolls back after its TTL), but said
+        raise S2SError(f"{where}: abort could not cancel {len(failures)} of {len(handles)} transactions "
+                       f"(they roll back after the server's TTL): {'; '.join(failures[:3])}")
+
+
+# -- the writers Spark instantiates --------------------------------------------------------------
+
+
+class _NiFiWriter:
+    def __init__(self, opts: SparkOptions, schema: StructType, overwrite: bool) -> None:
+        self.opts = opts
+        self.layout = check_sink_schema(schema)  # on the driver: a bad column set fails at query start
+        self.overwrite = overwrite  # NiFi ports only take new FlowFiles: every row is sent either way
+        #: made once on the driver per writer (per micro-batch / per df.write), shared by its tasks
+        self.write_token = uuid.uuid4().hex
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        return write_partition(self.opts, self.layout, iterator, TaskIds.current(self.write_token))
+
+    def _log(self) -> CommitLog | None:
+        location = self.opts.checkpoint_location
+        return CommitLog(location) if location else None
+
+
+class NiFiStreamWriter(_NiFiWriter, DataSourceStreamArrowWriter):
+    """``df.writeStream.format("nifi-s2s")``: one instance per micro-batch (Spark rebuilds it)."""
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        if self.opts.commit_mode == "batch":
+            commit_handles(self.opts, list(messages), batchId, self._log())
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        abort_handles(self.opts, list(messages), batchId)
+
+
+class NiFiBatchWriter(_NiFiWriter, DataSourceArrowWriter):
+    """``df.write.format("nifi-s2s")``."""
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.opts.commit_mode == "batch":
+            commit_handles(self.opts, list(messages), None, None)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        abort_handles(self.opts, list(messages), None)

@@ -1,0 +1,168 @@
+"""The nifi-s2s sink against a real 3-node reference server, with the shared SparkSession:
+columns and the null rule, the three routings, the de-duplication attributes, a failing task in
+both commit modes, back-pressure, a stopped port, a peer dying mid-upload and a node removed
+between micro-batches."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from serverproc import ServerProcess
+
+from pyspark_s2s.spark.sink import SINK_ATTRIBUTES
+
+NODES = 3
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ServerProcess]:
+    with ServerProcess("--input-port", "in", "--input-port", "in2", nodes=NODES) as proc:
+        yield proc
+
+
+@pytest.fixture
+def srv(cluster: ServerProcess) -> Iterator[ServerProcess]:
+    cluster.admin.reset()
+    yield cluster
+    cluster.admin.clear_faults()
+
+
+def drain(srv: ServerProcess, port: str = "in", nodes: range | list[int] = range(NODES)) -> dict[int, list[Any]]:
+    return {k: srv.admin.flowfiles(port, node=k, drain=True) for k in nodes}
+
+
+def flat(per_node: dict[int, list[Any]]) -> list[Any]:
+    return [ff for ffs in per_node.values() for ff in ffs]
+
+
+def key_of(ff: dict[str, Any]) -> tuple[str, ...]:
+    """The de-duplication key of a FlowFile the sink wrote."""
+    a = ff["attributes"]
+    return (a["spark.query.id"], a["spark.batch.id"], a["spark.partition.id"], a["spark.sequence"])
+
+
+def rows_df(spark: Any, n: int, keys: int = 7, partitions: int = 2) -> Any:
+    return spark.range(n, numPartitions=partitions).selectExpr(
+        "concat('row-', id) as content",
+        f"map('k', cast(id % {keys} as string), 'n', cast(id as string)) as attributes")
+
+
+def write_files(d: Path, name: str, start: int, n: int, keys: int = 7) -> None:
+    """One JSON-lines input file of the streaming tests (written aside, then renamed in)."""
+    tmp = d.parent / f".{name}"
+    tmp.write_text("".join(json.dumps({"id": i, "k": str(i % keys)}) + "\n" for i in range(start, start + n)))
+    os.replace(tmp, d / name)
+
+
+def stream_df(spark: Any, d: Path) -> Any:
+    return (spark.readStream.schema("id long, k string").option("maxFilesPerTrigger", 1).json(str(d))
+            .selectExpr("concat('row-', id) as content", "map('k', k, 'n', cast(id as string)) as attributes"))
+
+
+def start(df: Any, srv: ServerProcess, chk: Path, **options: str) -> Any:
+    writer = (df.writeStream.format("nifi-s2s").option("url", srv.url).option("portName", "in")
+              .option("checkpointLocation", str(chk)))
+    for k, v in options.items():
+        writer = writer.option(k, v)
+    return writer.start()
+
+
+def run_stream(df: Any, srv: ServerProcess, chk: Path, **options: str) -> None:
+    q = start(df, srv, chk, **options)
+    try:
+        q.processAllAvailable()
+    finally:
+        q.stop()
+
+
+def assert_exactly_once(ffs: list[Any], n: int) -> None:
+    contents = Counter(ff["content"].decode() for ff in ffs)
+    assert contents == Counter(f"row-{i}" for i in range(n))
+
+
+# -- columns and the null rule -----------------------------------------------------------------
+
+
+def test_bad_column_sets_fail_at_query_start(spark: Any, srv: ServerProcess, tmp_path: Path) -> None:
+    base = {"url": srv.url, "portName": "in"}
+    df = spark.range(3)
+    cases = [
+        (df.selectExpr("cast(id as string) as content", "id"), "unsupported column(s) 'id'"),
+        (df.selectExpr("id as value"), "no 'content' column"),
+        (df.selectExpr("id as content"), "'content' must be binary or string"),
+        (df.selectExpr("'x' as content", "map('a', 1) as attributes"), "'attributes' must be map<string,string>"),
+    ]
+    for bad, expected in cases:
+        with pytest.raises(Exception) as info:
+            bad.write.format("nifi-s2s").options(**base).mode("append").save()
+        assert expected in str(info.value) and "to_json(struct(*))" in str(info.value)
+    d = tmp_path / "in"
+    d.mkdir()
+    write_files(d, "a.json", 0, 3)
+    # a streaming writer is built for each micro-batch: the first one fails before sending a row
+    with pytest.raises(Exception) as info:
+        q = (spark.readStream.schema("id long").json(str(d)).writeStream.format("nifi-s2s")
+             .options(**base).option("checkpointLocation", str(tmp_path / "chk")).start())
+        q.processAllAvailable()
+        q.stop()
+    assert "no 'content' column" in str(info.value)
+    assert srv.admin.queued("in") == 0
+
+
+def test_batch_write_null_rule_and_dedup_attributes(spark: Any, srv: ServerProcess) -> None:
+    from pyspark.sql.types import BinaryType, MapType, StringType, StructField, StructType
+
+    schema = StructType([StructField("content", BinaryType()),
+                         StructField("attributes", MapType(StringType(), StringType()))])
+    rows = [(b"\x00\xffbin", {"a": "1", "filename": "f.bin"}), (None, {"a": "2"}), (b"c", None),
+            (b"d", {"a": None, "b": "4"}), (b"", {})]
+    df = spark.createDataFrame(rows, schema).coalesce(1)
+    df.write.format("nifi-s2s").option("url", srv.url).option("portName", "in").mode("append").save()
+    got = sorted(flat(drain(srv)), key=lambda ff: int(ff["attributes"]["spark.sequence"]))
+    assert [ff["content"] for ff in got] == [b"\x00\xffbin", b"", b"c", b"d", b""]
+    own = [{k: v for k, v in ff["attributes"].items() if not k.startswith("spark.") and k not in
+            ("uuid", "s2s.host", "s2s.address", "path")} for ff in got]
+    assert own == [{"a": "1", "filename": "f.bin"}, {"a": "2"}, {}, {"b": "4"}, {}]
+    a = got[0]["attributes"]
+    assert set(SINK_ATTRIBUTES) <= set(a)
+    assert a["spark.query.id"].startswith("write-") and a["spark.batch.id"] == "0"
+    assert [ff["attributes"]["spark.sequence"] for ff in got] == ["0", "1", "2", "3", "4"]
+    assert {ff["attributes"]["spark.query.id"] for ff in got} == {a["spark.query.id"]}
+
+
+# -- routing -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("routing", ["weighted", "roundRobin", "attribute"])
+def test_stream_every_row_once_per_routing(spark: Any, srv: ServerProcess, tmp_path: Path, routing: str) -> None:
+    d = tmp_path / "in"
+    d.mkdir()
+    n = 600
+    write_files(d, "a.json", 0, 300)
+    write_files(d, "b.json", 300, 300)
+    options = {"routing": routing, "batchCount": "50"}
+    if routing == "attribute":
+        options["routingAttribute"] = "k"
+    run_stream(stream_df(spark, d), srv, tmp_path / "chk", **options)
+    per_node = drain(srv)
+    ffs = flat(per_node)
+    assert_exactly_once(ffs, n)
+    for ff in ffs:
+        i = int(ff["content"].decode()[4:])
+        assert ff["attributes"]["k"] == str(i % 7) and ff["attributes"]["n"] == str(i)
+    assert {ff["attributes"]["spark.batch.id"] for ff in ffs} == {"0", "1"}
+    if routing == "roundRobin":
+        assert all(len(ffs) >= n // NODES - 10 for ffs in per_node.values()), {k: len(v) for k, v in per_node.items()}
+    if routing == "attribute":
+        nodes_of_key: dict[str, set[int]] = {}
+        for node, node_ffs in per_node.items():
+            for ff in node_ffs:
+                nodes_of_key.setdefault(ff["attributes"]["k"], set()).add(node)
+        assert all(len(v) == 1 for v in nodes_of_key.values()), nodes_of_key
+        assert len({next(iter(v)) for v in nodes_of_key.values()}) > 1  # 7 keys spread over nodes
