@@ -30,12 +30,20 @@ from typing import IO, Any
 
 from pyspark_s2s.errors import CommandError, UsageError
 
-__all__ = ["Progress", "peers", "receive", "register", "send", "valid_uuid"]
+__all__ = ["Progress", "counted", "file_name_for", "peers", "receive", "register", "send", "valid_uuid"]
 
 logger = logging.getLogger(__name__)
 
-#: longest usable uuid: its temporary attributes file name must stay under 255 bytes
-MAX_UUID_BYTES = 180
+#: longest name written in the output directory: its temporary attributes file name
+#: (``.<name>.attributes.json.<transaction>.partial``) must stay under 255 bytes
+MAX_UUID_BYTES = MAX_NAME_BYTES = 180
+#: suffix of the attributes file written next to each content file
+ATTRIBUTES_SUFFIX = ".attributes.json"
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 FlowFile``, ``2 FlowFiles``, ``0 transactions``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 # -- option helpers -----------------------------------------------------------------------------
@@ -259,7 +267,8 @@ class Progress:
         files = f"{self.files}" + (f"/{self.total_files}" if self.total_files is not None else "")
         size = _human(self.bytes) + (f"/{_human(self.total_bytes)}" if self.total_bytes else "")
         rate = self.bytes / max(now - self._start, 1e-6)
-        self.stream.write(f"\r{self.verb} {files} FlowFiles, {size} ({_human(rate)}/s)\x1b[K")
+        noun = "FlowFile" if self.files == 1 and self.total_files in (None, 1) else "FlowFiles"
+        self.stream.write(f"\r{self.verb} {files} {noun}, {size} ({_human(rate)}/s)\x1b[K")
         self.stream.flush()
         self._shown = True
 
@@ -377,7 +386,7 @@ def send(args: argparse.Namespace) -> int:
         progress.done()
         _close(client)
     print(
-        f"s2s send: committed {completion.flow_files} FlowFiles ({completion.bytes} bytes) to "
+        f"s2s send: committed {counted(completion.flow_files, 'FlowFile')} ({completion.bytes} bytes) to "
         f"{completion.peer}, transaction {_tx_id(completion.transaction_url)} "
         f"(CRC32 {completion.checksum}, {completion.duration:.2f} s)",
         flush=True,
@@ -421,6 +430,47 @@ def valid_uuid(value: str | None) -> bool:
     return len(value.encode("utf-8", "surrogatepass")) <= MAX_UUID_BYTES
 
 
+def _fit(name: str) -> str:
+    """``name`` cut to MAX_NAME_BYTES of UTF-8, keeping a short extension."""
+    if len(name.encode("utf-8", "surrogatepass")) <= MAX_NAME_BYTES:
+        return name
+    stem, dot, ext = name.rpartition(".")
+    if not dot or not stem or len(ext.encode("utf-8", "surrogatepass")) > 16:
+        stem, ext = name, ""
+    suffix = f".{ext}" if ext else ""
+    room = MAX_NAME_BYTES - len(suffix.encode("utf-8", "surrogatepass"))
+    cut = stem.encode("utf-8", "surrogatepass")[:room].decode("utf-8", "ignore")
+    return cut + suffix
+
+
+def file_name_for(filename: str | None) -> str | None:
+    """A safe file name from a ``filename`` attribute, or None when nothing usable is left.
+
+    Path separators (``/``, ``\\``), NUL and other control characters become ``_``, so the
+    name never leaves the output directory; a leading ``.`` gets a ``_`` in front (no hidden
+    files, no clash with the temporary ``.…partial`` files); a name of dots only is unusable;
+    a name longer than 180 bytes is shortened, keeping its extension.
+    """
+    if not filename:
+        return None
+    name = "".join("_" if ch in "/\\" or ord(ch) < 0x20 or ord(ch) == 0x7F else ch for ch in filename)
+    if not name.strip(". "):
+        return None
+    if name.startswith("."):
+        name = "_" + name
+    return _fit(name)
+
+
+def _numbered(name: str, k: int) -> str:
+    """``report.pdf`` -> ``report-1.pdf`` (the k-th alternative of a taken name)."""
+    stem, dot, ext = name.rpartition(".")
+    if not dot or not stem:
+        stem, ext = name, ""
+    tail = f"-{k}" + (f".{ext}" if ext else "")
+    room = MAX_NAME_BYTES - len(tail.encode("utf-8", "surrogatepass"))
+    return stem.encode("utf-8", "surrogatepass")[:room].decode("utf-8", "ignore") + tail
+
+
 def _fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
@@ -449,33 +499,65 @@ class _WriteFailed(Exception):
 
 
 class _Staging:
-    """Files of one receive transaction: written under temporary names, renamed before commit."""
+    """Files of one receive transaction: named, written under temporary names, renamed before commit.
 
-    def __init__(self, out_dir: str, tx_id: str) -> None:
+    Naming (``--name-by``): ``uuid`` writes DIR/<uuid> and overwrites a file of that name from
+    an earlier transaction (NiFi delivers a FlowFile again after a failed commit: receiving
+    stays idempotent). ``filename`` writes DIR/<filename attribute>, made safe by
+    :func:`file_name_for`, and never overwrites: a name already in DIR or in this transaction
+    becomes ``name-1.ext``, ``name-2.ext``, ... (so does a name ending in ``.attributes.json``,
+    which would pass for the attributes of another file). Either way a FlowFile without a usable name
+    falls back (filename -> uuid -> generated ``<transaction>-<n>``) and its data is kept.
+    """
+
+    def __init__(self, out_dir: str, tx_id: str, name_by: str = "uuid") -> None:
         self.out_dir = out_dir
         self.tx_id = tx_id
+        self.name_by = name_by
         self.pending: list[tuple[str, str]] = []  # (temporary, final)
-        self.seen: set[str] = set()
+        self.taken: set[str] = set()  # final names (content and attributes) of this transaction
+        self.generated = 0  # FlowFiles written under a generated name
 
     def _tmp(self, final_name: str) -> str:
         return os.path.join(self.out_dir, f".{final_name}.{self.tx_id}.partial")
 
-    def write(self, uuid: str, attributes: dict[str, str], chunks: Iterator[bytes]) -> int:
-        if uuid in self.seen:
-            # NiFi never sends two FlowFiles with one uuid; writing both would lose one
-            raise CommandError(
-                f"two FlowFiles with uuid {uuid!r} in one transaction; transaction {self.tx_id} canceled, "
-                "its FlowFiles stay queued"
-            )
-        self.seen.add(uuid)
-        content_tmp = self._tmp(uuid)
-        attrs_tmp = self._tmp(f"{uuid}.attributes.json")
-        self.pending.append((content_tmp, os.path.join(self.out_dir, uuid)))
+    def _free(self, name: str, overwrite: bool) -> bool:
+        names = (name, name + ATTRIBUTES_SUFFIX)
+        if name.endswith(ATTRIBUTES_SUFFIX) or any(n in self.taken for n in names):
+            return False
+        return overwrite or not any(os.path.lexists(os.path.join(self.out_dir, n)) for n in names)
+
+    def name_for(self, attributes: dict[str, str]) -> str:
+        """The final name of the next FlowFile (reserved for this transaction)."""
+        uuid = attributes.get("uuid")
+        candidates: list[tuple[str, bool]] = []  # (name, may overwrite an earlier transaction's file)
+        if self.name_by == "filename":
+            by_filename = file_name_for(attributes.get("filename"))
+            if by_filename:
+                candidates.append((by_filename, False))
+        if uuid and valid_uuid(uuid):
+            candidates.append((uuid, self.name_by == "uuid"))
+        if not candidates:
+            self.generated += 1
+            candidates.append((f"{self.tx_id}-{self.generated}", True))
+        name, overwrite = candidates[0]
+        k = 0
+        while not self._free(name, overwrite):
+            k += 1
+            name = _numbered(candidates[0][0], k)
+            overwrite = False
+        self.taken.update((name, name + ATTRIBUTES_SUFFIX))
+        return name
+
+    def write(self, name: str, attributes: dict[str, str], chunks: Iterator[bytes]) -> int:
+        content_tmp = self._tmp(name)
+        attrs_tmp = self._tmp(name + ATTRIBUTES_SUFFIX)
+        self.pending.append((content_tmp, os.path.join(self.out_dir, name)))
         try:
             size = _write_durably(content_tmp, chunks)
         except OSError as exc:
             raise _WriteFailed(content_tmp, exc) from None
-        self.pending.append((attrs_tmp, os.path.join(self.out_dir, f"{uuid}.attributes.json")))
+        self.pending.append((attrs_tmp, os.path.join(self.out_dir, name + ATTRIBUTES_SUFFIX)))
         text = json.dumps(attributes, ensure_ascii=False, indent=2, sort_keys=True) + "\n"
         try:
             _write_durably(attrs_tmp, iter([text.encode("utf-8")]))
@@ -533,7 +615,7 @@ def receive(args: argparse.Namespace) -> int:
                 base = {**base, "batchCount": limit - total_files}
                 client = _make_client(base)
                 clients.append(client)
-            files, nbytes, completion = _receive_one(client, out_dir, progress)
+            files, nbytes, completion, generated = _receive_one(client, out_dir, progress, args.name_by)
             if files == 0:
                 empty += 1
                 if _drained(client, empty):
@@ -545,17 +627,25 @@ def receive(args: argparse.Namespace) -> int:
             total_bytes += nbytes
             progress.done()
             print(
-                f"s2s receive: committed {files} FlowFiles ({nbytes} bytes) from {completion.peer}, "
+                f"s2s receive: committed {counted(files, 'FlowFile')} ({nbytes} bytes) from {completion.peer}, "
                 f"transaction {_tx_id(completion.transaction_url)} (CRC32 {completion.checksum}, "
                 f"{completion.duration:.2f} s)",
                 flush=True,
             )
+            if generated:
+                print(
+                    f"s2s receive: {counted(generated, 'FlowFile')} of transaction {_tx_id(completion.transaction_url)} "
+                    f"had no usable {'filename or ' if args.name_by == 'filename' else ''}uuid attribute: written "
+                    f"as {_tx_id(completion.transaction_url)}-<n>",
+                    flush=True,
+                )
     finally:
         progress.done()
         for c in clients:
             _close(c)
     print(
-        f"s2s receive: {total_files} FlowFiles ({total_bytes} bytes) in {transactions} transaction(s) "
+        f"s2s receive: {counted(total_files, 'FlowFile')} ({total_bytes} bytes) in "
+        f"{counted(transactions, 'transaction')} "
         f"written to {out_dir}",
         flush=True,
     )
@@ -587,30 +677,26 @@ def _drained(client: Any, empty_in_a_row: int) -> bool:
     return empty_in_a_row >= 2 * max(1, len(statuses))
 
 
-def _receive_one(client: Any, out_dir: str, progress: Progress) -> tuple[int, int, Any]:
-    """One receive transaction written durably, then committed. (files, bytes, completion)."""
+def _receive_one(client: Any, out_dir: str, progress: Progress, name_by: str) -> tuple[int, int, Any, int]:
+    """One receive transaction written durably, then committed.
+
+    Returns (files, bytes, completion, files written under a generated name)."""
     tx = client.create_transaction("receive")
-    staging = _Staging(out_dir, _tx_id(tx.transaction_url))
+    staging = _Staging(out_dir, _tx_id(tx.transaction_url), name_by)
     files = nbytes = 0
     try:
         while True:
             packet = tx.receive(stream=True)
             if packet is None:
                 break
-            uuid = packet.attributes.get("uuid")
-            if not valid_uuid(uuid):
-                raise CommandError(
-                    f"refusing FlowFile with unusable uuid attribute {uuid!r} (empty, '..', path separator "
-                    f"or leading '.'); transaction {staging.tx_id} canceled, its FlowFiles stay queued"
-                )
-            assert uuid is not None
+            name = staging.name_for(packet.attributes)
 
             def chunks(packet: Any = packet) -> Iterator[bytes]:
                 for chunk in packet.chunks():
                     progress.add(0, len(chunk))
                     yield chunk
 
-            nbytes += staging.write(uuid, dict(packet.attributes), chunks())
+            nbytes += staging.write(name, dict(packet.attributes), chunks())
             files += 1
             progress.add(1, 0)
         if files:
@@ -627,7 +713,7 @@ def _receive_one(client: Any, out_dir: str, progress: Progress) -> tuple[int, in
         _cancel(tx, f"s2s receive failed: {type(exc).__name__}")
         staging.discard()
         raise
-    return files, nbytes, completion
+    return files, nbytes, completion, staging.generated
 
 
 # -- peers --------------------------------------------------------------------------------------
@@ -655,7 +741,7 @@ def peers(args: argparse.Namespace) -> int:
     for r in rows:
         cells = [r[0].ljust(widths[0])] + [c.rjust(widths[i + 1]) for i, c in enumerate(r[1:])]
         print("  ".join(cells).rstrip())
-    print(f"{len(statuses)} peer(s); weight = NiFi's selection percentage for {args.direction}", flush=True)
+    print(f"{counted(len(statuses), 'peer')}; weight = NiFi's selection percentage for {args.direction}", flush=True)
     return 0
 
 
@@ -681,11 +767,16 @@ def register(subparsers: Any) -> None:
         "receive",
         help="receive FlowFiles from a NiFi output port into a directory",
         description="Pull FlowFiles from a remote output port until it is empty (or --max-flowfiles), writing "
-                    "DIR/<uuid> (content) and DIR/<uuid>.attributes.json; each transaction is committed only "
-                    "after its files are fsynced.",
+                    "DIR/<name> (content) and DIR/<name>.attributes.json, <name> being the uuid or (--name-by "
+                    "filename) the filename attribute; each transaction is committed only after its files are "
+                    "fsynced.",
     )
     _add_connection_options(p, port=True)
     p.add_argument("--out", required=True, metavar="DIR", help="directory to write FlowFiles into (created)")
+    p.add_argument("--name-by", choices=("uuid", "filename"), default="uuid",
+                   help="name files by the FlowFile's uuid (default; a FlowFile delivered again overwrites its "
+                        "file) or by its filename attribute (never overwrites: name-1.ext, name-2.ext, ...); "
+                        "without a usable attribute: uuid, then <transaction>-<n>")
     p.add_argument("--max-flowfiles", type=_positive_int, metavar="N", help="stop after N FlowFiles")
     p.add_argument("--batch-count", type=_positive_int, metavar="N",
                    help="preferred FlowFiles per transaction (server default: as many as 5 s allow)")
