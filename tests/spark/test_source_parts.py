@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from serverproc import ServerProcess
 
@@ -151,7 +152,7 @@ def test_staging_writes_whole_files_and_cleans_committed_batches(tmp_path: Path)
 
 @pytest.fixture(scope="module")
 def server() -> Any:
-    with ServerProcess("--output-port", "out", "--ttl", "30") as srv:
+    with ServerProcess("--input-port", "in", "--output-port", "out", "--route", "in=out", "--ttl", "30") as srv:
         yield srv
 
 
@@ -296,3 +297,44 @@ def test_batch_read_without_staging_cancels_when_the_task_stops_early(srv: Serve
     assert first.num_rows > 0
     it.close()  # Spark stops consuming (e.g. a limit): the transaction is canceled
     assert srv.admin.queued("out") == 100
+
+
+def test_a_large_flowfile_is_not_held_twice(srv: ServerProcess, tmp_path: Path) -> None:
+    """A 200 MiB FlowFile: received, staged and replayed with about one copy in memory."""
+    import os
+    import threading
+    import time
+
+    size = 200 << 20
+    with SiteToSiteClient(url=srv.url, portName="in", timeout=120) as client, open("/dev/zero", "rb") as zero:
+        tx: Any = client.create_transaction("send")
+        tx.send(zero, {"filename": "big.bin"}, length=size)
+        tx.confirm()
+        tx.complete()
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    def rss() -> int:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * page
+
+    peak = [rss()]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.002):
+            peak[0] = max(peak[0], rss())
+
+    base = rss()
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        opts = SparkOptions.parse({"url": srv.url, "portName": "out", "timeout": "120 sec"})
+        total = 0
+        for b in read_partition(opts, arrow_source_schema(), NiFiPartition(batch_scope(11), 0, _peer(srv)),
+                                StagingArea(str(tmp_path))):
+            total += pc.sum(pc.binary_length(b.column(0))).as_py() or 0  # touches no content
+    finally:
+        stop.set()
+        sampler.join(5)
+    assert total == size
+    assert peak[0] - base < 1.6 * size, f"peak grew by {(peak[0] - base) / size:.2f}x the FlowFile"
