@@ -51,7 +51,7 @@ def _session() -> Any:
     spark = (SparkSession.builder.appName("pyspark-s2s demo").master("local[2,4]")
              .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
              .config("spark.driver.bindAddress", "127.0.0.1").config("spark.sql.shuffle.partitions", "2")
-             .config("spark.sql.session.timeZone", "UTC")
+             .config("spark.sql.session.timeZone", "UTC").config("spark.ui.showConsoleProgress", "false")
              .config("spark.python.authenticate.socketTimeout", "120s").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     return spark

@@ -12,6 +12,7 @@ from typing import Any
 SESSION_CONF = {
     "spark.master": "local[2,4]",  # 2 threads; a failed task is tried up to 4 times (as on a cluster)
     "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.sql.shuffle.partitions": "2",
