@@ -592,29 +592,28 @@ def _default_text(opt: Option) -> str:
     return str(opt.default)
 
 
-def options_markdown() -> str:
-    """The options table of ``docs/client.md`` (generated; a test keeps the doc current)."""
+def options_markdown(table: Iterable[Option] = OPTIONS) -> str:
+    """The generated options table of a docs page (``docs/client.md`` for the client's own table;
+    the Spark layer passes its extended table); a test keeps each page current."""
     lines = [
         "| option | aliases | type | default | description |",
         "|---|---|---|---|---|",
     ]
-    for opt in OPTIONS:
+    for opt in table:
         aliases = ", ".join(f"`{a}`" for a in opt.aliases if "_" not in a)
-        lines.append(
-            f"| `{opt.name}` | {aliases} | {opt.type_doc} | {_default_text(opt)} | {opt.doc} |"
-        )
+        doc = opt.doc.replace("|", "\\|")
+        lines.append(f"| `{opt.name}` | {aliases} | {opt.type_doc} | {_default_text(opt)} | {doc} |")
     return "\n".join(lines) + "\n"
 
 
-def update_doc(path: str) -> bool:
+def update_doc(path: str, table: Iterable[Option] = OPTIONS) -> bool:
     """Rewrite the generated options table between the markers of ``path``; True if changed."""
     with open(path, encoding="utf-8") as fh:
         text = fh.read()
     begin, end = "<!-- options:begin -->\n", "<!-- options:end -->"
     i, j = text.index(begin) + len(begin), text.index(end)
-    new = text[:i] + options_markdown() + text[j:]
+    new = text[:i] + options_markdown(table) + text[j:]
     if new != text:
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(new)
     return new != text
-

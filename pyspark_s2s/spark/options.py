@@ -27,11 +27,12 @@ from pyspark_s2s.client.config import (
 from pyspark_s2s.client.config import (
     Option,
     SiteToSiteClientConfig,
-    _default_text,
     parse_duration,
     parse_size,
     resolve_option_names,
 )
+from pyspark_s2s.client.config import options_markdown as client_options_markdown
+from pyspark_s2s.client.config import update_doc as client_update_doc
 from pyspark_s2s.errors import ConfigError
 
 __all__ = [
@@ -223,25 +224,9 @@ class SparkOptions:
 
 def options_markdown() -> str:
     """The options table of ``docs/spark-options.md`` (generated; a test keeps the page current)."""
-    lines = [
-        "| option | aliases | type | default | description |",
-        "|---|---|---|---|---|",
-    ]
-    for opt in SPARK_OPTIONS:
-        aliases = ", ".join(f"`{a}`" for a in opt.aliases if "_" not in a)
-        doc = opt.doc.replace("|", "\\|")
-        lines.append(f"| `{opt.name}` | {aliases} | {opt.type_doc} | {_default_text(opt)} | {doc} |")
-    return "\n".join(lines) + "\n"
+    return client_options_markdown(SPARK_OPTIONS)
 
 
 def update_doc(path: str) -> bool:
     """Rewrite the generated table between the markers of ``path``; True if it changed."""
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
-    begin, end = "<!-- options:begin -->\n", "<!-- options:end -->"
-    i, j = text.index(begin) + len(begin), text.index(end)
-    new = text[:i] + options_markdown() + text[j:]
-    if new != text:
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(new)
-    return new != text
+    return client_update_doc(path, SPARK_OPTIONS)
