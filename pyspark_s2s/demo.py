@@ -29,7 +29,7 @@ from typing import Any, Self
 
 from pyspark_s2s.server.process import ServerStartError, ServerSubprocess
 
-__all__ = ["Demo", "DemoError", "DemoServer", "main", "run"]
+__all__ = ["Demo", "DemoError", "DemoServer", "demo_main", "main", "run"]
 
 logger = logging.getLogger(__name__)
 
@@ -253,11 +253,10 @@ def run(steps: Sequence[Callable[[Demo], None]] = STEPS, out: Callable[[str], No
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m pyspark_s2s.demo",
-        description="Round trip through the reference Site-to-Site server: send, receive, verify.",
-    )
+def demo_main(argv: Sequence[str] | None, prog: str, description: str,
+              run_demo: Callable[[Callable[[str], None]], int]) -> int:
+    """The command line of a demo: ``-v``/``-vv`` logging, output line by line; returns its status."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)")
     args = parser.parse_args(argv)
     if args.verbose:
@@ -267,7 +266,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     def out(line: str) -> None:
         print(line, flush=True)
 
-    return run(out=out)
+    return run_demo(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return demo_main(argv, "python -m pyspark_s2s.demo",
+                     "Round trip through the reference Site-to-Site server: send, receive, verify.",
+                     lambda out: run(out=out))
 
 
 if __name__ == "__main__":

@@ -19,9 +19,7 @@ The client-only round trip (no Spark) is still ``python -m pyspark_s2s.demo``.
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 import os
 import shutil
 import sys
@@ -32,7 +30,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pyspark_s2s.demo import DemoError, DemoServer
+from pyspark_s2s.demo import DemoError, DemoServer, demo_main
 
 __all__ = ["main", "run"]
 
@@ -180,19 +178,8 @@ def run(out: Callable[[str], None] = print) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m pyspark_s2s.spark.demo",
-        description="Spark Structured Streaming round trip through the reference Site-to-Site server.")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)")
-    args = parser.parse_args(argv)
-    if args.verbose:
-        logging.basicConfig(level=logging.INFO if args.verbose == 1 else logging.DEBUG, stream=sys.stderr,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-    def out(line: str) -> None:
-        print(line, flush=True)
-
-    return run(out)
+    return demo_main(argv, "python -m pyspark_s2s.spark.demo",
+                     "Spark Structured Streaming round trip through the reference Site-to-Site server.", run)
 
 
 if __name__ == "__main__":
