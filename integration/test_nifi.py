@@ -1,4 +1,4 @@
-"""The client against a real Apache NiFi (PROTOCOL.md §12, exact values NiFi itself asserts).
+"""The client against a real Apache NiFi (docs/protocol.md §12, exact values NiFi itself asserts).
 
 Runs only with ``NIFI_URL`` set (e.g. ``http://localhost:8080/nifi``, see integration/README.md),
 marked ``integration``. Needs, in the root process group, a running input port ``from-spark``

@@ -17,7 +17,7 @@ PORT_ARGS = ("--input-port", "in", "--output-port", "out", "--route", "in=out",
              "--input-port", "in2", "--output-port", "out2")
 
 CLIENT_ATTRS = {"Client attr 1": "Client attr 1 value", "Client attr 2": "Client attr 2 value"}
-# NiFi's tests hashed Java's HashMap order: "Client attr 2" first (PROTOCOL.md §12 extra vectors)
+# NiFi's tests hashed Java's HashMap order: "Client attr 2" first (docs/protocol.md §12 extra vectors)
 JAVA_ORDER_ATTRS = {"Client attr 2": "Client attr 2 value", "Client attr 1": "Client attr 1 value"}
 CLIENT_CONTENT = b"Example contents from client."
 

@@ -1,5 +1,5 @@
 """Peer discovery, weights, penalization, persistence, a dead bootstrap node and address mapping
-against a real multi-node reference cluster (PROTOCOL.md §9, §12 items 3, 35-40)."""
+against a real multi-node reference cluster (docs/protocol.md §9, §12 items 3, 35-40)."""
 
 from __future__ import annotations
 

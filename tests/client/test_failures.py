@@ -1,5 +1,5 @@
 """Timeouts, stalls, broken connections, TTL keep-alive and expiry against the reference server's
-fault injection (PROTOCOL.md §6, §12 items 13, 14, 17-19, 31, 33)."""
+fault injection (docs/protocol.md §6, §12 items 13, 14, 17-19, 31, 33)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Exact requests and odd answers, against a recording stub where the reference server cannot
-misbehave that way (PROTOCOL.md §1, §12 items 1-3, 27-30)."""
+misbehave that way (docs/protocol.md §1, §12 items 1-3, 27-30)."""
 
 from __future__ import annotations
 

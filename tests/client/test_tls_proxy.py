@@ -1,5 +1,5 @@
 """HTTPS with generated certificates (PEM and PKCS12), access denial, and a real forward proxy
-(proxy.py, with and without Basic auth, CONNECT for HTTPS) — PROTOCOL.md §10, §12 items 7-10, 32."""
+(proxy.py, with and without Basic auth, CONNECT for HTTPS) — docs/protocol.md §10, §12 items 7-10, 32."""
 
 from __future__ import annotations
 
@@ -203,7 +203,7 @@ def test_combined_encrypted_pem_keystore_and_pkcs12_truststore(tls_srv, tmp_path
 
 def test_port_policy_refusal_tries_other_peers_and_is_not_retriable():
     # The client's DN may read site info and use "in2", but not "in": the handshake answers
-    # 401 with response code 240 (port-level UNAUTHORIZED, PROTOCOL.md §8). NiFi's client
+    # 401 with response code 240 (port-level UNAUTHORIZED, docs/protocol.md §8). NiFi's client
     # penalizes the peer and tries the next one (it does not raise at once); with no other
     # peer left the error says so, and it is not worth retrying.
     from serverproc import ServerProcess

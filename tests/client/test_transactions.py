@@ -1,4 +1,4 @@
-"""Send and receive against the real reference server (PROTOCOL.md §12 items 4-6, 10-12, 15-17,
+"""Send and receive against the real reference server (docs/protocol.md §12 items 4-6, 10-12, 15-17,
 20-26): two-phase commit, exact NiFi checksums, compression, back-off, error states."""
 
 from __future__ import annotations

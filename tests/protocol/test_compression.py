@@ -1,4 +1,4 @@
-"""Compression framing (PROTOCOL.md §5): chunk boundaries, indicators, tolerance, limits,
+"""Compression framing (docs/protocol.md §5): chunk boundaries, indicators, tolerance, limits,
 strict one-packet-per-frame checks, and property tests."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Golden byte vectors and checksums from PROTOCOL.md (§3, §5, §12), taken from NiFi's own tests.
+"""Golden byte vectors and checksums from docs/protocol.md (§3, §5, §12), taken from NiFi's own tests.
 
 Each vector is checked against the encoder and, separately, against the decoder, so that a
 mistake shared by both sides (say, a byte order) cannot pass unnoticed.
@@ -35,7 +35,7 @@ SERVER_1_FRAME_HEX = (
 CLIENT_ATTRS = {"Client attr 2": "Client attr 2 value", "Client attr 1": "Client attr 1 value"}
 CLIENT_CONTENT = b"Example contents from client."
 
-# (packets as (attributes, content), expected CRC) — PROTOCOL.md §12
+# (packets as (attributes, content), expected CRC) — docs/protocol.md §12
 CHECKSUM_VECTORS = [
     pytest.param([({}, b"contents on server 1")], 3680976076, id="receive-one-3680976076"),
     pytest.param(
@@ -76,7 +76,7 @@ def test_frame_writer_layout_matches_example() -> None:
     frame = frame_packet(bytes.fromhex(SERVER_1_HEX))
     expected = bytes.fromhex(SERVER_1_FRAME_HEX)
     # header (SYNC, lengths) and the zlib header 78 01 of Deflater(1) are exact; the deflate
-    # body is exact where the zlib implementation matches Java's (PROTOCOL.md §5)
+    # body is exact where the zlib implementation matches Java's (docs/protocol.md §5)
     assert frame[:14] == expected[:14]
     assert frame[-1:] == b"\x00"
     assert zlib.decompress(frame[12:-1]) == bytes.fromhex(SERVER_1_HEX)

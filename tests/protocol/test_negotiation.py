@@ -1,4 +1,4 @@
-"""Transport version negotiation (PROTOCOL.md §2, §12 item 45) and handshake headers (§1.1, §7)."""
+"""Transport version negotiation (docs/protocol.md §2, §12 item 45) and handshake headers (§1.1, §7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Peers: NiFi's weights, weighted selection, penalization, persistence (PROTOCOL.md §9, §12
+"""Peers: NiFi's weights, weighted selection, penalization, persistence (docs/protocol.md §9, §12
 items 35-39, and the selector's side of item 40)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Transaction state machines: every (state, event) pair of every table, NiFi's client scenarios
-(PROTOCOL.md §12 items 20-26), the server transaction life cycle (§6, item 49), the TTL rule, and
+(docs/protocol.md §12 items 20-26), the server transaction life cycle (§6, item 49), the TTL rule, and
 the docs page being generated from the tables."""
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ def run(table, events, initial=C.STARTED):
     return machine
 
 
-# -- NiFi client scenarios (TestHttpClientTransaction, PROTOCOL.md §12 items 20-26) -----------
+# -- NiFi client scenarios (TestHttpClientTransaction, docs/protocol.md §12 items 20-26) -----------
 
 
 def test_receive_zero_packets_confirms_and_completes() -> None:  # item 20

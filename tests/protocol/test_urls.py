@@ -1,4 +1,4 @@
-"""Cluster URL parsing (PROTOCOL.md §9, §12 item 27), peer API URLs, Location resolution (§1.4),
+"""Cluster URL parsing (docs/protocol.md §9, §12 item 27), peer API URLs, Location resolution (§1.4),
 peer address mapping."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Raw Site-to-Site requests for the server tests: ``requests`` + the protocol core only.
 
 The server tests must not use the client library (written in parallel, and a shared bug would
-hide); this module builds each request by hand from PROTOCOL.md §1.
+hide); this module builds each request by hand from docs/protocol.md §1.
 """
 
 from __future__ import annotations

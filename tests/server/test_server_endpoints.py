@@ -1,4 +1,4 @@
-"""PROTOCOL.md §1/§2/§4/§8 against the reference server over real sockets (§12 items 41-49)."""
+"""docs/protocol.md §1/§2/§4/§8 against the reference server over real sockets (§12 items 41-49)."""
 
 from __future__ import annotations
 
@@ -261,7 +261,7 @@ def test_send_seven_flowfiles_and_commit(srv, s2s: S2S) -> None:
 
 
 def test_send_golden_checksum_vectors(srv, s2s: S2S) -> None:
-    # PROTOCOL.md §12 item 24/25: contents on client 1 -> 2946083981; plus client 2 -> 3359812065
+    # docs/protocol.md §12 item 24/25: contents on client 1 -> 2946083981; plus client 2 -> 3359812065
     tx = s2s.open(SEND, srv.port_id("in2"))
     r = s2s.upload(tx, encode([({}, b"contents on client 1")])[0])
     assert r.text == "2946083981"

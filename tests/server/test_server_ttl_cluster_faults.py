@@ -300,7 +300,7 @@ def test_stall_after_packets_then_completes(fsrv) -> None:
 
 
 def test_stall_makes_a_client_timeout(fsrv) -> None:
-    # PROTOCOL.md §12 item 19: one packet, then the server stalls; the client's read times out
+    # docs/protocol.md §12 item 19: one packet, then the server stalls; the client's read times out
     s2s = S2S(fsrv.api(), timeout=0.3)
     fsrv.admin.enqueue("out", count=2, size=10)
     tx = s2s.open(RECEIVE, fsrv.port_id("out"))
