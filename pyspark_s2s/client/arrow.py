@@ -7,7 +7,7 @@ compute, lays binary arrays over the received buffer and ``take``-s keys, values
 C++ (no Python object per FlowFile); and :class:`BatchReader`, which reads a body in blocks of
 about one batch, undoes compression (core ``FrameReader``) and keeps the transaction CRC.
 
-This is a second reader of the packet layout of PROTOCOL.md §3 next to the core's decoder,
+This is a second reader of the packet layout of docs/protocol.md §3 next to the core's decoder,
 tuned for bulk; a property test keeps both in agreement on any input (same packets or both a
 :class:`~pyspark_s2s.errors.ProtocolError`).
 

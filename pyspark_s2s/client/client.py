@@ -1,4 +1,4 @@
-"""The Site-to-Site client object: peer choice and transaction creation (PROTOCOL.md §1.4, §8).
+"""The Site-to-Site client object: peer choice and transaction creation (docs/protocol.md §1.4, §8).
 
 Owns: :class:`SiteToSiteClient` — lazily built transport, site information and peers; the
 handshake headers of every request (version + handshake properties, §1.1); port resolution;

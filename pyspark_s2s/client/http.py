@@ -3,7 +3,7 @@
 Owns: building the TLS context from the configured key/trust stores (PKCS12 and PEM), one
 thread-safe ``urllib3`` pool manager per client (direct or through an HTTP forward proxy, with
 CONNECT for HTTPS), proxy Basic authentication answered on a 407 challenge and remembered
-(PROTOCOL.md §10, §12 item 32), the peer address mapping (the advertised host stays in the URL,
+(docs/protocol.md §10, §12 item 32), the peer address mapping (the advertised host stays in the URL,
 the ``Host`` header and the TLS name check; only the TCP connection goes elsewhere), timeouts,
 and the translation of transport failures into :mod:`pyspark_s2s.errors`.
 

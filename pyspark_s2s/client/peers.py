@@ -1,4 +1,4 @@
-"""Peer discovery, refresh, penalization and persistence for the client (PROTOCOL.md §9).
+"""Peer discovery, refresh, penalization and persistence for the client (docs/protocol.md §9).
 
 Owns: the I/O around the core :class:`~pyspark_s2s.protocol.peers.PeerSelector`: querying
 ``GET /site-to-site/peers`` on every known peer plus the bootstrap peer, keeping the old list

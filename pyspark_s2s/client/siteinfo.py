@@ -1,7 +1,7 @@
 """Site information (``GET /site-to-site``): the active cluster URL, ports, secure flag, HTTP port.
 
 Owns: fetching the controller entity from the configured cluster URLs in order (the first that
-answers becomes the active URL, PROTOCOL.md §9), caching it for ``cacheExpiration``, port name
+answers becomes the active URL, docs/protocol.md §9), caching it for ``cacheExpiration``, port name
 -> identifier resolution with an immediate refresh on an unknown name, and the bootstrap peer.
 
 Must not import: the server, the Spark layer.

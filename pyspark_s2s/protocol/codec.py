@@ -1,6 +1,6 @@
 """The FlowFile packet codec (NiFi's ``StandardFlowFileCodec``, version 1) and the running CRC32.
 
-Owns: the byte layout of one data packet (PROTOCOL.md §3), the transaction checksum
+Owns: the byte layout of one data packet (docs/protocol.md §3), the transaction checksum
 (§4), an incremental decoder with bounded buffers, and a scanner that indexes many
 packets in one buffer without building per-packet objects (the Arrow fast path).
 
@@ -72,7 +72,7 @@ class Checksum:
     """The running transaction CRC: ``java.util.zip.CRC32`` (the same function as ``zlib.crc32``;
     computed by zlib-ng where installed, see ``_crc``).
 
-    ``value`` is the unsigned 32-bit value NiFi renders in decimal (PROTOCOL.md §4).
+    ``value`` is the unsigned 32-bit value NiFi renders in decimal (docs/protocol.md §4).
     """
 
     __slots__ = ("_crc",)

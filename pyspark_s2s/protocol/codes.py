@@ -1,7 +1,7 @@
 """Site-to-Site constants: response codes, HTTP header names, directions, the JSON result entity.
 
 Owns: every number and name that NiFi puts on the wire outside the packet bytes
-(PROTOCOL.md §1.1, §1.10, §2, §4, §7).
+(docs/protocol.md §1.1, §1.10, §2, §4, §7).
 
 Must not import: anything outside the standard library except ``pyspark_s2s.errors``.
 """
@@ -37,7 +37,7 @@ DEFAULT_REQUEST_EXPIRATION_MS = 30000
 
 
 class ResponseCode(enum.IntEnum):
-    """NiFi's ``ResponseCode`` numbers (PROTOCOL.md §4)."""
+    """NiFi's ``ResponseCode`` numbers (docs/protocol.md §4)."""
 
     RESERVED = 0
     PROPERTIES_OK = 1

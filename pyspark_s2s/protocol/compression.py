@@ -1,6 +1,6 @@
 """NiFi's Site-to-Site compression framing (``CompressionOutputStream`` / ``CompressionInputStream``).
 
-Owns: the frame layout of PROTOCOL.md §5. One frame wraps exactly one packet::
+Owns: the frame layout of docs/protocol.md §5. One frame wraps exactly one packet::
 
     chunk 1:      'SYNC' | int32 uncompressedLen | int32 compressedLen | zlib stream
     chunk 2..n:   0x01 | 'SYNC' | int32 | int32 | zlib stream
@@ -115,7 +115,7 @@ class FrameReader:
     """Incremental reader of compressed frames: ``feed`` bytes, ``next_event()`` gives
     plaintext ``bytes`` of one chunk, ``FRAME_END``, or ``None`` (needs more data).
 
-    Tolerant as NiFi's reader is on purpose (PROTOCOL.md §5): after any chunk the
+    Tolerant as NiFi's reader is on purpose (docs/protocol.md §5): after any chunk the
     indicator may be 0x01 (another chunk), 0x00 (frame ends) or the end of the stream.
     Everything else raises :class:`ProtocolError`.
     """

@@ -1,6 +1,6 @@
 """URL paths of every Site-to-Site endpoint, relative to the API base (``.../nifi-api``).
 
-Owns: the path layout of PROTOCOL.md §1 (identical in NiFi 1.x and 2.x), for building
+Owns: the path layout of docs/protocol.md §1 (identical in NiFi 1.x and 2.x), for building
 (client) and matching (server).
 
 Must not import: anything outside the standard library except ``pyspark_s2s.protocol``.

@@ -1,4 +1,4 @@
-"""Transport version negotiation and handshake headers (PROTOCOL.md §1.1, §2, §7, §8).
+"""Transport version negotiation and handshake headers (docs/protocol.md §1.1, §2, §7, §8).
 
 Owns: the server's choice of transport protocol version from the request header
 (:func:`negotiate_transport_version`), the client's check of the version the server returned
@@ -171,7 +171,7 @@ def accept_server_ttl(header_value: str | None, *, http_status: int = 201) -> in
 class HandshakeProperties:
     """Handshake properties of one request; ``None`` = header absent or empty.
 
-    Negative numbers are kept, as NiFi keeps them; like 0 they mean "no limit" (PROTOCOL.md §7).
+    Negative numbers are kept, as NiFi keeps them; like 0 they mean "no limit" (docs/protocol.md §7).
     """
 
     use_compression: bool | None = None
@@ -206,7 +206,7 @@ def parse_handshake_headers(headers: HeaderLookup) -> HandshakeProperties:
 
     Compression: NiFi's HTTP resource reads the header with ``Boolean.valueOf`` and always passes
     an explicit GZIP property to the handshake, so over HTTP a missing header means "no
-    compression" and never MISSING_PROPERTY (232); that code (PROTOCOL.md §12 item 46) belongs to
+    compression" and never MISSING_PROPERTY (232); that code (docs/protocol.md §12 item 46) belongs to
     the RAW handshake, where the client sends the properties itself. We keep "missing = false"
     (``use_compression is None``, :attr:`HandshakeProperties.compress` false), but, stricter than
     NiFi (which silently reads ``yes`` as false and then disagrees with a client that compresses),

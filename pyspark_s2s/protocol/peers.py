@@ -1,7 +1,7 @@
 """Peers: status, NiFi's weights, weighted selection with penalization, the persistence file.
 
 Owns: :class:`PeerStatus` (one entry of ``GET /site-to-site/peers``), :func:`peer_weights`
-(NiFi >= 1.12 ``PeerSelector`` weights, PROTOCOL.md §9), :class:`PeerSelector` (cache of the
+(NiFi >= 1.12 ``PeerSelector`` weights, docs/protocol.md §9), :class:`PeerSelector` (cache of the
 peer list, penalization, weighted random choice) and the peer persistence text format
 (:func:`format_peer_file` / :func:`parse_peer_file`).
 
@@ -10,7 +10,7 @@ Must not import: anything outside the standard library, ``pyspark_s2s.errors`` a
 (seconds, any monotonic or wall clock, used consistently) and an ``rng`` with ``.random()``.
 
 Refreshing the peer list (querying the bootstrap node and known peers, keeping the old list when
-every query fails, PROTOCOL.md §9 "Refresh" and §12 item 40) is the client's job; the selector
+every query fails, docs/protocol.md §9 "Refresh" and §12 item 40) is the client's job; the selector
 keeps whatever list it was given last, expired or not, until :meth:`PeerSelector.set_peers` is
 called again, and keeps penalties across refreshes (they are keyed by host and port).
 """

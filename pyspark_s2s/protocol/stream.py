@@ -1,6 +1,6 @@
 """Packet streams as they travel in an HTTP body: codec + optional compression + transaction CRC.
 
-Owns: the combination rules of PROTOCOL.md §4-§5: the CRC covers the uncompressed codec
+Owns: the combination rules of docs/protocol.md §4-§5: the CRC covers the uncompressed codec
 bytes of all packets in order; with compression each packet is its own frame.
 
 Must not import: anything outside the standard library except ``pyspark_s2s.errors`` and

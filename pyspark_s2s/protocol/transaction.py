@@ -14,7 +14,7 @@ A table maps ``(state, event) -> new state``. A pair that is not in the table is
 A state with no outgoing transition is terminal.
 
 Client side (NiFi's ``TransactionState``: TRANSACTION_STARTED, DATA_EXCHANGED, TRANSACTION_CONFIRMED,
-TRANSACTION_COMPLETED, TRANSACTION_CANCELED, ERROR), PROTOCOL.md §8 and §12 items 20-26:
+TRANSACTION_COMPLETED, TRANSACTION_CANCELED, ERROR), docs/protocol.md §8 and §12 items 20-26:
 
 * SEND: every sent packet is ``SEND_PACKET``. ``CONFIRM`` (finish the upload, compare the server's
   CRC) needs at least one packet: confirming a send of zero packets is illegal (item 23).
@@ -29,7 +29,7 @@ TRANSACTION_COMPLETED, TRANSACTION_CANCELED, ERROR), PROTOCOL.md §8 and §12 it
   ``BadChecksum`` answer) moves every non-terminal state to ``ERROR``. ``COMPLETED``,
   ``CANCELED`` and ``ERROR`` are terminal: confirm/complete after a failure raise.
 
-Server side (PROTOCOL.md §6, §7, §8, §12 item 49): see :class:`ServerState`.
+Server side (docs/protocol.md §6, §7, §8, §12 item 49): see :class:`ServerState`.
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ class ServerEvent(Enum):
     ``BEGIN_TRANSFER``: upload POST / download GET starts. ``END_TRANSFER``: its body ended with
     at least one FlowFile, the server holds the transaction. ``NO_DATA``: a download found the
     output port empty (answered 200): NiFi never holds such a transaction, it stays created and
-    simply expires (PROTOCOL.md §1.6, §7). ``EXTEND``: PUT. ``COMMIT``: DELETE 12 accepted.
+    simply expires (docs/protocol.md §1.6, §7). ``EXTEND``: PUT. ``COMMIT``: DELETE 12 accepted.
     ``CANCEL``: DELETE 15. ``BAD_CHECKSUM``: checksum mismatch at the commit. ``EXPIRE``: TTL
     passed (or forced). ``FAIL``: the transfer broke (connection dropped, undecodable body, an
     upload of zero FlowFiles).
@@ -186,7 +186,7 @@ _VE = ServerEvent
 #: server-side transaction (both port types)
 #:
 #: EXTEND is legal while TRANSFERRING too: NiFi's client starts its PUT keep-alive as soon as the
-#: data connection opens (PROTOCOL.md §6), i.e. during a slow upload/download.
+#: data connection opens (docs/protocol.md §6), i.e. during a slow upload/download.
 SERVER: Mapping[tuple[ServerState, ServerEvent], ServerState] = {
     (_V.CREATED, _VE.BEGIN_TRANSFER): _V.TRANSFERRING,
     (_V.TRANSFERRING, _VE.END_TRANSFER): _V.HELD,
@@ -280,7 +280,7 @@ class TransactionStateMachine(Generic[S, E]):
 
 
 def is_expired(last_communication_at: float, now: float, ttl_seconds: float) -> bool:
-    """NiFi's rule (PROTOCOL.md §6): expired when the *whole* seconds elapsed exceed the TTL.
+    """NiFi's rule (docs/protocol.md §6): expired when the *whole* seconds elapsed exceed the TTL.
 
     With a TTL of 30 a transaction is alive for 30.999 s and expired from 31 s on.
     """

@@ -1,6 +1,6 @@
 """Cluster URLs, peer API URLs, transaction Location resolution, peer address mapping.
 
-Owns: parsing and normalising the configured cluster URLs to API base URLs (PROTOCOL.md §9,
+Owns: parsing and normalising the configured cluster URLs to API base URLs (docs/protocol.md §9,
 NiFi's ``ClusterUrlParser``), the API URL of a peer from the peer list, resolving the
 ``Location`` of a created transaction (§1.4), and :class:`PeerAddressMap`, which rewrites the
 ``host:port`` a cluster advertises into one this client can reach (containers, port forwarding).
@@ -108,7 +108,7 @@ def normalize_cluster_url(url: str, *, option: str = "url") -> str:
 
 
 def parse_cluster_urls(text: str | Iterable[str], *, option: str = "url") -> list[str]:
-    """Parse the configured cluster URLs into API base URLs (PROTOCOL.md §9, §12 item 27).
+    """Parse the configured cluster URLs into API base URLs (docs/protocol.md §9, §12 item 27).
 
     ``text`` is comma separated (or an iterable of such strings); blanks around each URL and
     empty items are ignored. Order is kept, duplicates (after normalisation) are dropped. No

@@ -1,7 +1,7 @@
 """Lifecycle of the reference server: nodes' listeners, the TTL cleanup task, shutdown.
 
 Owns: :class:`ServerApp` (one per process or test): starting/stopping/adding/removing node
-listeners, the cleanup thread (every TTL/2 seconds, PROTOCOL.md §6), and the objects the
+listeners, the cleanup thread (every TTL/2 seconds, docs/protocol.md §6), and the objects the
 request handlers share (cluster, faults, TLS context, access policy).
 
 Must not import: ``pyspark_s2s.client``, third-party packages.

@@ -2,7 +2,7 @@
 
 Owns: the stdlib HTTP server per node (:class:`NodeServer`), request body reading
 (Content-Length and chunked, in bounded pieces), chunked streaming responses, the mapping of
-PROTOCOL.md §1 endpoints onto :mod:`pyspark_s2s.server.model`, status codes, headers and JSON
+docs/protocol.md §1 endpoints onto :mod:`pyspark_s2s.server.model`, status codes, headers and JSON
 shapes, framework/port authorization (§10), and applying injected faults.
 
 Must not import: ``pyspark_s2s.client``, third-party packages. Protocol rules (codec, CRC,
@@ -826,7 +826,7 @@ class S2SHandler(BaseHTTPRequestHandler):
                 cluster.no_data(tx)
         if first is None:
             # NiFi aborts the streaming answer with WebApplicationException(200): text body,
-            # no common headers (PROTOCOL.md §1.6)
+            # no common headers (docs/protocol.md §1.6)
             self.send_text(200, "HTTP 200 OK")
             return
         fault = self.fault
