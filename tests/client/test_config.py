@@ -15,7 +15,8 @@ from pyspark_s2s.client import (
     SiteToSiteClientConfig,
     options_markdown,
 )
-from pyspark_s2s.client.config import parse_duration, parse_size
+from pyspark_s2s.client import docgen
+from pyspark_s2s.client.config import doc_drift, parse_duration, parse_size
 from pyspark_s2s.errors import ConfigError
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "client.md"
@@ -117,9 +118,28 @@ def test_replace_and_to_options_round_trip():
 
 
 def test_doc_options_table_is_current():
+    """docs/client.md shows exactly the table generated from OPTIONS (a failure shows the diff)."""
+    drift = doc_drift(str(DOC))
+    assert not drift, f"docs/client.md drifted from OPTIONS; run python -m pyspark_s2s.client.docgen\n{drift}"
     text = DOC.read_text()
-    start = text.index("<!-- options:begin -->") + len("<!-- options:begin -->\n")
-    end = text.index("<!-- options:end -->")
-    assert text[start:end] == options_markdown(), "regenerate with python -m pyspark_s2s.client.docgen"
     for opt in OPTIONS:
         assert re.search(rf"`{opt.name}`", text)
+
+
+def test_drift_check_catches_an_edited_row_and_regeneration_fixes_it(tmp_path, capsys):
+    page = tmp_path / "client.md"
+    original = DOC.read_text()
+    row = next(line for line in original.splitlines() if line.startswith("| `batchCount`"))
+    page.write_text(original.replace(row, row.replace("|", "| stale", 2)[:-1] + " edited by hand |"))
+    drift = doc_drift(str(page))
+    assert f"-{row.replace('|', '| stale', 2)[:-1]}" in drift and f"+{row}" in drift
+    assert docgen.main(["--check", str(page)]) == 1 and "batchCount" in capsys.readouterr().out
+    assert docgen.main([str(page)]) == 0 and page.read_text() == original
+    assert docgen.main(["--check", str(page)]) == 0 and doc_drift(str(page)) == ""
+
+
+def test_drift_check_needs_the_markers(tmp_path):
+    page = tmp_path / "client.md"
+    page.write_text("# no table here\n")
+    with pytest.raises(ValueError, match="options:begin"):
+        doc_drift(str(page))
