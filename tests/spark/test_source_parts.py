@@ -338,3 +338,24 @@ def test_a_large_flowfile_is_not_held_twice(srv: ServerProcess, tmp_path: Path) 
         sampler.join(5)
     assert total == size
     assert peak[0] - base < 1.6 * size, f"peak grew by {(peak[0] - base) / size:.2f}x the FlowFile"
+
+
+def test_a_broken_spark_layer_never_breaks_sparks_lookup() -> None:
+    """Spark's lookup does ``hasattr(module, "DefaultSource")`` on every pyspark_* module and lets
+    any other exception than AttributeError escape (disabling every Python data source)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'pyspark' or name.startswith('pyspark.'):\n"
+        "            raise ImportError('pyspark blocked for this test')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import pyspark_s2s\n"
+        "print(hasattr(pyspark_s2s, 'DefaultSource'))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"

@@ -219,3 +219,37 @@ def test_a_node_lost_mid_batch_fails_only_its_task_and_nothing_is_lost(spark: An
             q.stop()
         got = [r.uuid for r in _rows(spark, name)]
         assert len(got) == 200 == len(set(got)), (len(got), len(set(got)))
+
+
+def test_batch_read_with_and_without_staging(spark: Any, tmp_path: Path) -> None:
+    with ServerProcess("--output-port", "out") as srv:
+        srv.admin.enqueue("out", _flowfiles("b", 120))
+        staged = (spark.read.format("nifi-s2s").option("url", srv.url).option("portName", "out")
+                  .option("stagingLocation", str(tmp_path / "staging")).load())
+        first = sorted(r.uuid for r in staged.collect())
+        assert first == sorted(f"b-{i}" for i in range(120))
+        assert srv.admin.queued("out") == 0
+        # computing the same DataFrame again replays what its partitions staged: no new pull
+        srv.admin.enqueue("out", _flowfiles("later", 5))
+        assert sorted(r.uuid for r in staged.collect()) == first
+        assert srv.admin.queued("out") == 5
+        # without a staging location a read takes what is there now (and confirms it)
+        direct = spark.read.format("nifi-s2s").option("url", srv.url).option("portName", "out").load()
+        assert sorted(r.uuid for r in direct.collect()) == sorted(f"later-{i}" for i in range(5))
+        assert srv.admin.queued("out") == 0
+
+
+def test_an_option_error_fails_the_query_at_start(spark: Any, tmp_path: Path) -> None:
+    with pytest.raises(Exception) as e:
+        (spark.readStream.format("nifi-s2s").option("url", "http://127.0.0.1:9/nifi").option("portName", "out")
+         .option("stagingLocation", str(tmp_path)).option("maxFlowFilesPerTriger", "10").load()
+         .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "chk")).start()
+         .awaitTermination(60))
+    # Spark hands the options over with lower-cased keys; the closest valid name keeps its case
+    assert "Unknown option 'maxflowfilespertriger'; did you mean 'maxFlowFilesPerTrigger'?" in str(e.value)
+    with pytest.raises(Exception) as e:
+        spark.readStream.format("nifi-s2s").option("url", "http://127.0.0.1:9/nifi").option("portName", "out") \
+            .option("keystore", "/nope.p12").option("keystorePassword", "hunter2-secret") \
+            .option("keystoreType", "JKS").load().writeStream.format("noop") \
+            .option("checkpointLocation", str(tmp_path / "chk2")).start().awaitTermination(60)
+    assert "keystoreType" in str(e.value) and "hunter2-secret" not in str(e.value)
