@@ -25,12 +25,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from pyspark_s2s import __version__
 
-__all__ = ["SUBCOMMAND_MODULES", "build_parser", "main", "one_line"]
+__all__ = ["SUBCOMMAND_MODULES", "build_parser", "ensure_directory", "main", "one_line", "os_reason"]
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +122,28 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr, flush=True)
         return 1
     return int(status or 0)
+
+
+def os_reason(exc: BaseException) -> str:
+    """An OS error as a user reads it: ``No such file or directory: /x`` (no errno, no class name)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror + (f": {exc.filename}" if exc.filename else "")
+    return str(exc) or type(exc).__name__
+
+
+def ensure_directory(path: str, flag: str) -> None:
+    """Create the directory given with ``flag`` if needed; a CommandError naming the flag when it
+    cannot be created, is not a directory or cannot be written."""
+    from pyspark_s2s.errors import CommandError
+
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise CommandError(f"{flag} {path}: cannot create the directory: {os_reason(exc)}") from None
+    if not os.path.isdir(path):
+        raise CommandError(f"{flag} {path}: not a directory")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise CommandError(f"{flag} {path}: the directory is not writable")
 
 
 def one_line(text: str) -> str:

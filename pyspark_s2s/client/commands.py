@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from pyspark_s2s.cli import ensure_directory, os_reason
 from pyspark_s2s.errors import CommandError, UsageError
 
 __all__ = ["Progress", "counted", "file_name_for", "peers", "receive", "register", "send", "valid_uuid"]
@@ -323,7 +324,7 @@ def _run(body: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namesp
         except S2SError as exc:
             raise CommandError(str(exc)) from None
         except OSError as exc:
-            raise CommandError(f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")) from None
+            raise CommandError(os_reason(exc)) from None
 
     return run
 
@@ -592,12 +593,7 @@ class _Staging:
 
 def receive(args: argparse.Namespace) -> int:
     out_dir = args.out
-    try:
-        os.makedirs(out_dir, exist_ok=True)
-    except OSError as exc:
-        raise CommandError(f"cannot create --out {out_dir}: {exc.strerror or exc}") from None
-    if not os.path.isdir(out_dir):
-        raise CommandError(f"--out {out_dir} is not a directory")
+    ensure_directory(out_dir, "--out")
     limit: int | None = args.max_flowfiles
     base = client_options(args)
     batch_count = args.batch_count

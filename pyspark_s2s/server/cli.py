@@ -20,6 +20,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from pyspark_s2s.cli import ensure_directory, os_reason
 from pyspark_s2s.errors import CommandError, UsageError
 from pyspark_s2s.server.process import listening_line
 
@@ -114,24 +115,6 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror + (f": {exc.filename}" if exc.filename else "")
-    return str(exc) or type(exc).__name__
-
-
-def _check_data_dir(path: str) -> None:
-    """The --data-dir exists (or is created) and is a writable directory, else CommandError."""
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as exc:
-        raise CommandError(f"--data-dir {path}: cannot create the directory: {_reason(exc)}") from None
-    if not os.path.isdir(path):
-        raise CommandError(f"--data-dir {path}: not a directory")
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise CommandError(f"--data-dir {path}: the directory is not writable")
-
-
 def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
     """(ServerApp, TLS material or None) from parsed options; the app is not started yet."""
     from pyspark_s2s.server.app import ServerApp
@@ -161,7 +144,7 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
         raise UsageError(f"--port {args.port} --nodes {args.nodes}: node {args.nodes - 1} would need port "
                          f"{args.port + args.nodes - 1}, above 65535")
     if args.data_dir is not None:
-        _check_data_dir(args.data_dir)
+        ensure_directory(args.data_dir, "--data-dir")
     cluster = Cluster(
         host=args.host,
         ports=specs,
@@ -180,7 +163,7 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
             ctx = server_context(material)
         except (OSError, ValueError) as exc:
             raise CommandError(f"--tls {args.tls}: cannot read or create the key material there: "
-                               f"{_reason(exc)}") from None
+                               f"{os_reason(exc)}") from None
         try:
             policy = AccessPolicy.from_args(args.allow, kinds)
         except ValueError as exc:
@@ -210,8 +193,8 @@ def run(args: argparse.Namespace) -> int:
             app.close()
             data_dir = args.data_dir and os.path.abspath(args.data_dir)
             if data_dir and os.path.abspath(getattr(exc, "filename", None) or "/").startswith(data_dir):
-                raise CommandError(f"--data-dir {args.data_dir}: {_reason(exc)}") from None
-            raise CommandError(f"cannot listen on --host {args.host} --port {args.port}: {_reason(exc)}") from None
+                raise CommandError(f"--data-dir {args.data_dir}: {os_reason(exc)}") from None
+            raise CommandError(f"cannot listen on --host {args.host} --port {args.port}: {os_reason(exc)}") from None
         for node in nodes:
             print(listening_line(node.index, node.url), flush=True)
         _wait_for_stop(stop)
