@@ -14,15 +14,17 @@ from typing import Any
 
 import pytest
 from serverproc import ServerProcess
+from sparkhelp import wait_for
 
 from pyspark_s2s.spark.sink import SINK_ATTRIBUTES
 
 NODES = 3
+TTL = 10  # the server's transaction TTL (s): short, so abandoned transactions expire within a test
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[ServerProcess]:
-    with ServerProcess("--input-port", "in", "--input-port", "in2", nodes=NODES) as proc:
+    with ServerProcess("--input-port", "in", "--input-port", "in2", "--ttl", str(TTL), nodes=NODES) as proc:
         yield proc
 
 
@@ -60,9 +62,11 @@ def write_files(d: Path, name: str, start: int, n: int, keys: int = 7) -> None:
     os.replace(tmp, d / name)
 
 
-def stream_df(spark: Any, d: Path) -> Any:
+def stream_df(spark: Any, d: Path, pad: int = 0) -> Any:
+    """Rows ``row-<id>`` (followed by ``|`` and ``pad`` bytes when ``pad``) with attributes k and n."""
+    content = f"concat('row-', id, '|', repeat('x', {pad}))" if pad else "concat('row-', id)"
     return (spark.readStream.schema("id long, k string").option("maxFilesPerTrigger", 1).json(str(d))
-            .selectExpr("concat('row-', id) as content", "map('k', k, 'n', cast(id as string)) as attributes"))
+            .selectExpr(f"{content} as content", "map('k', k, 'n', cast(id as string)) as attributes"))
 
 
 def start(df: Any, srv: ServerProcess, chk: Path, **options: str) -> Any:
@@ -82,7 +86,7 @@ def run_stream(df: Any, srv: ServerProcess, chk: Path, **options: str) -> None:
 
 
 def assert_exactly_once(ffs: list[Any], n: int) -> None:
-    contents = Counter(ff["content"].decode() for ff in ffs)
+    contents = Counter(ff["content"].decode().split("|")[0] for ff in ffs)
     assert contents == Counter(f"row-{i}" for i in range(n))
 
 
@@ -166,3 +170,91 @@ def test_stream_every_row_once_per_routing(spark: Any, srv: ServerProcess, tmp_p
                 nodes_of_key.setdefault(ff["attributes"]["k"], set()).add(node)
         assert all(len(v) == 1 for v in nodes_of_key.values()), nodes_of_key
         assert len({next(iter(v)) for v in nodes_of_key.values()}) > 1  # 7 keys spread over nodes
+
+
+# -- a task failing mid-batch --------------------------------------------------------------------
+
+
+def failing_at(df: Any, row: int) -> Any:
+    """``df`` whose row ``row`` raises (a JVM ``raise_error``, in every attempt of its task)."""
+    # the failing row first sleeps in the JVM, so the sink's worker has time to send the batches
+    # Spark handed it before the task dies (Spark flushes its 64 KiB socket buffer to the worker:
+    # use padded rows)
+    return df.selectExpr(f"CASE WHEN cast(attributes['n'] as int) = {row} THEN cast(raise_error(concat("
+                         "'injected failure', coalesce(reflect('java.lang.Thread', 'sleep', 1500L), ''))) "
+                         "as string) ELSE content END as content", "attributes")
+
+
+@pytest.fixture
+def small_batches(spark: Any) -> Iterator[None]:
+    """Input files split into partitions of ~150 rows (in file order), handed to the sink in Arrow
+    batches of 20 rows: a task that fails at a row has sent (and finished transactions of) the
+    rows before it."""
+    conf = {"spark.sql.execution.arrow.maxRecordsPerBatch": "20", "spark.sql.files.maxPartitionBytes": "3500",
+            "spark.sql.files.openCostInBytes": "0"}
+    old = {k: spark.conf.get(k) for k in conf}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    yield
+    for k, v in old.items():
+        spark.conf.set(k, v)
+
+
+@pytest.mark.usefixtures("small_batches")
+def test_task_mode_retry_duplicates_carry_dedup_attributes(spark: Any, srv: ServerProcess, tmp_path: Path) -> None:
+    d = tmp_path / "in"
+    d.mkdir()
+    write_files(d, "a.json", 0, 400)
+    chk = tmp_path / "chk"
+    q = start(failing_at(stream_df(spark, d, pad=4000), 390), srv, chk, batchCount="20")
+    try:
+        with pytest.raises(Exception, match="injected failure"):
+            q.processAllAvailable()
+    finally:
+        q.stop()
+    # every attempt of partition 1 committed its first transactions before failing; the restarted
+    # query (same checkpoint, no failure) sends batch 0 again
+    run_stream(stream_df(spark, d, pad=4000), srv, chk, batchCount="20")
+    ffs = flat(drain(srv))
+    assert len(ffs) > 400
+    by_key: dict[tuple[str, ...], list[Any]] = {}
+    for ff in ffs:
+        by_key.setdefault(key_of(ff), []).append(ff)
+    assert_exactly_once([v[0] for v in by_key.values()], 400)
+    dups = [v for v in by_key.values() if len(v) > 1]
+    assert dups
+    assert all(len({ff["content"] for ff in v}) == 1 for v in dups)
+    # the failed attempts (0-3) of the failing task each committed their first transactions
+    assert {ff["attributes"]["spark.task.attempt"] for v in dups for ff in v} >= {"0", "1", "2", "3"}
+
+
+@pytest.mark.usefixtures("small_batches")
+def test_batch_mode_failed_batch_commits_nothing_and_rerun_commits_once(
+        spark: Any, srv: ServerProcess, tmp_path: Path) -> None:
+    d = tmp_path / "in"
+    d.mkdir()
+    write_files(d, "a.json", 0, 300)
+    write_files(d, "b.json", 300, 300)
+    chk = tmp_path / "chk"
+    q = start(failing_at(stream_df(spark, d, pad=4000), 550), srv, chk, batchCount="20", commitMode="batch")
+    try:
+        with pytest.raises(Exception, match="injected failure"):
+            q.processAllAvailable()
+    finally:
+        q.stop()
+    # batch 0 is committed; of batch 1 (row 550 fails) nothing, though its other tasks sent and
+    # confirmed their rows and the failing task had finished transactions before it failed
+    first = flat(drain(srv))
+    assert {ff["attributes"]["spark.batch.id"] for ff in first} == {"0"} and len(first) == 300
+    txs = [t for t in srv.admin.transactions() if t["direction"] == "send"]
+    states = Counter(t["state"] for t in txs if t["outcome"] != "committed")
+    # the driver's abort canceled the finished tasks' transactions; the failing task's worker was
+    # killed with its transactions held: nobody extends them, so they expire (TTL) and roll back
+    assert states["CANCELED"] > 0 and set(states) <= {"CANCELED", "HELD", "EXPIRED"}, states
+    wait_for(lambda: not [t for t in srv.admin.transactions() if t["state"] == "HELD"], 4 * TTL,
+             "the failed task's transactions to expire")
+    assert srv.admin.queued("in") == 0
+    run_stream(stream_df(spark, d, pad=4000), srv, chk, batchCount="20", commitMode="batch")
+    ffs = first + flat(drain(srv))
+    assert_exactly_once(ffs, 600)
+    assert {ff["attributes"]["spark.batch.id"] for ff in ffs} == {"0", "1"}
