@@ -4,7 +4,7 @@ Owns: :class:`NiFiStreamReader` (driver: plans, idle back-off, ``Trigger.Availab
 admission control, clean-up of staged data; executors: :func:`read_partition`),
 :class:`NiFiBatchReader` (``spark.read``) and :class:`NiFiPartition`.
 
-How a partition is read (``read_partition``; DESIGN.md §2, docs/spark.md):
+How a partition is read (``read_partition``; docs/spark.md, "Delivery: exactly once"):
 
 1. its manifest in the staging area says ``confirmed`` → replay the staged data;
 2. it says ``pending`` (staged, but the confirm's outcome is unknown) → finish the two-phase
