@@ -55,7 +55,7 @@ class DefaultSource(DataSource):
         self._check_read_schema(schema)
         return NiFiBatchReader(self._options(), schema)
 
-    def streamReader(self, schema: StructType) -> Any:  # noqa: N802 (Spark's name)
+    def streamReader(self, schema: StructType) -> Any:
         from pyspark_s2s.spark.source import NiFiStreamReader
 
         self._check_read_schema(schema)
@@ -66,7 +66,7 @@ class DefaultSource(DataSource):
 
         return NiFiBatchWriter(self._options(), schema, overwrite)
 
-    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:  # noqa: N802 (Spark's name)
+    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
         from pyspark_s2s.spark.sink import NiFiStreamWriter
 
         return NiFiStreamWriter(self._options(), schema, overwrite)

@@ -31,7 +31,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -341,17 +345,17 @@ class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._driver = _Driver(self._opts)
         return self._driver
 
-    def initialOffset(self) -> dict[str, Any]:  # noqa: N802 (Spark's name)
+    def initialOffset(self) -> dict[str, Any]:
         return make_offset(INITIAL_OFFSET["batch"], [])
 
-    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
+    def getDefaultReadLimit(self) -> ReadLimit:
         if self._opts.max_flow_files_per_trigger:
             return ReadMaxRows(self._opts.max_flow_files_per_trigger)
         if self._opts.max_bytes_per_trigger:
             return ReadMaxBytes(self._opts.max_bytes_per_trigger)
         return ReadAllAvailable()
 
-    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+    def prepareForTriggerAvailableNow(self) -> None:
         st = self._state()
         st.available_now = True
         try:
@@ -398,7 +402,7 @@ class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             size = limit.max_bytes
         return rows, size
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         st = self._state()
         n = int(start["batch"])
         if n >= 0:
@@ -459,7 +463,8 @@ class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._driver = None
 
     # -- executors -----------------------------------------------------------------------------
-    def read(self, partition: NiFiPartition) -> Iterator[Any]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, NiFiPartition)
         return read_partition(self._opts, arrow_source_schema(self._schema), partition, self._staging)
 
 
@@ -495,6 +500,7 @@ class NiFiBatchReader(DataSourceReader):
         return [NiFiPartition(self._scope, p.index, p.peer, p.max_flow_files, p.max_bytes, staged)
                 for p in partitions_of(make_offset(0, plan))]
 
-    def read(self, partition: NiFiPartition) -> Iterator[Any]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, NiFiPartition)
         staging = self._staging if partition.staged else None
         return read_partition(self._opts, arrow_source_schema(self._schema), partition, staging)

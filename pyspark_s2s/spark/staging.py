@@ -27,7 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
-import pyarrow.ipc as ipc
+from pyarrow import ipc
 
 __all__ = ["StagedData", "StagingArea", "batch_scope"]
 

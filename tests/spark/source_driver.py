@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sparkhelp import build_session  # noqa: E402
+from sparkhelp import build_session
 
 
 def main() -> None:

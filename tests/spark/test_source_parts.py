@@ -303,7 +303,6 @@ def test_a_large_flowfile_is_not_held_twice(srv: ServerProcess, tmp_path: Path) 
     """A 200 MiB FlowFile: received, staged and replayed with about one copy in memory."""
     import os
     import threading
-    import time
 
     size = 200 << 20
     with SiteToSiteClient(url=srv.url, portName="in", timeout=120) as client, open("/dev/zero", "rb") as zero:
@@ -356,6 +355,6 @@ def test_a_broken_spark_layer_never_breaks_sparks_lookup() -> None:
         "import pyspark_s2s\n"
         "print(hasattr(pyspark_s2s, 'DefaultSource'))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"

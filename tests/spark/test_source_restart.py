@@ -126,7 +126,7 @@ def test_spark_submit_with_py_files(tmp_path: Path) -> None:
             [spark_submit, "--master", "local[1]", "--conf", "spark.ui.enabled=false",
              "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
              "--py-files", str(bundle), str(job), srv.url, str(tmp_path / "staging"), str(tmp_path / "chk")],
-            cwd=tmp_path, env=env, capture_output=True, timeout=110)
+            cwd=tmp_path, env=env, capture_output=True, timeout=110, check=False)
         assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-3000:]
     line = next(ln for ln in proc.stdout.decode().splitlines() if ln.startswith("RESULT "))
     result = json.loads(line[len("RESULT "):])
