@@ -63,9 +63,10 @@ def _readings(folder: Path) -> dict[str, dict[str, Any]]:
     for f in range(FILES):
         lines = []
         for i in range(f * per_file, (f + 1) * per_file):
-            reading = {"id": f"r-{i:06d}", "sensor": f"sensor-{i % 17}", "celsius": round(15 + (i % 200) / 10, 1),
+            rid = f"r-{i:06d}"
+            reading: dict[str, Any] = {"id": rid, "sensor": f"sensor-{i % 17}", "celsius": round(15 + (i % 200) / 10, 1),
                        "file": f"readings-{f:02d}.json"}
-            expected[reading["id"]] = reading
+            expected[rid] = reading
             lines.append(json.dumps(reading))
         (folder / f"readings-{f:02d}.json").write_text("\n".join(lines) + "\n")
     return expected
@@ -116,7 +117,7 @@ def run(out: Callable[[str], None] = print) -> int:
             secs = time.monotonic() - t
             sent = [tx for tx in server.transactions().values()
                     if tx["direction"] == "send" and tx["outcome"] == "committed"]
-            per_node = Counter()
+            per_node: Counter[int] = Counter()
             for tx in sent:
                 per_node[tx["node"]] += tx["flowFiles"]
             out(f"write query: {batches} micro-batches, {rows:,} rows -> {INPUT_PORT!r} in {secs:.1f} s "
