@@ -418,6 +418,9 @@ class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 not self._opts.client.batch_count and not self._opts.client.batch_size:
             rows = AVAILABLE_NOW_DEFAULT_CAP
         try:
+            if not st.planned:
+                # an unknown port name fails the query here, before any task runs
+                st.client.port_identifier(Direction.RECEIVE)
             weights = [(f"{p.hostname}:{p.port}", w)
                        for p, w in st.client.peer_statuses(Direction.RECEIVE)]
         except S2SError as exc:
@@ -487,6 +490,7 @@ class NiFiBatchReader(DataSourceReader):
     def partitions(self) -> list[NiFiPartition]:
         with SiteToSiteClient(self._opts.client) as client:
             try:
+                client.port_identifier(Direction.RECEIVE)
                 weights = [(f"{p.hostname}:{p.port}", w) for p, w in client.peer_statuses(Direction.RECEIVE)]
             except S2SError as exc:
                 raise _with_prefix(exc, f"nifi-s2s: cannot plan a read of port {self._opts.client.port}") from None

@@ -257,3 +257,26 @@ def test_an_option_error_fails_the_query_at_start(spark: Any, tmp_path: Path) ->
             .option("keystoreType", "JKS").load().writeStream.format("noop") \
             .option("checkpointLocation", str(tmp_path / "chk2")).start().awaitTermination(60)
     assert "keystoreType" in str(e.value) and "hunter2-secret" not in str(e.value)
+
+
+def test_an_unknown_port_fails_the_query_when_it_plans(spark: Any, tmp_path: Path) -> None:
+    with ServerProcess("--output-port", "out") as srv:
+        srv.admin.enqueue("out", _flowfiles("u", 3))
+        q = _reader(spark, srv.url, tmp_path).writeStream.format("noop") \
+            .option("checkpointLocation", str(tmp_path / "chk")).start()
+        try:
+            q.awaitTermination(5)
+        finally:
+            q.stop()
+        df = (spark.readStream.format("nifi-s2s").option("url", srv.url).option("portName", "no-such-port")
+              .option("stagingLocation", str(tmp_path / "s2")).load())
+        q = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "chk2")).start()
+        try:
+            with pytest.raises(Exception) as failed:
+                q.awaitTermination(60)
+        finally:
+            q.stop()
+        text = str(failed.value)
+        assert "cannot plan a batch for port no-such-port" in text and "no-such-port" in text, text[:2000]
+        assert "nifi-s2s partition" not in text  # no task ran
+        assert srv.admin.queued("out") == 0  # the first query read them; nothing else was touched
