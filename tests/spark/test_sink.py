@@ -258,3 +258,78 @@ def test_batch_mode_failed_batch_commits_nothing_and_rerun_commits_once(
     ffs = first + flat(drain(srv))
     assert_exactly_once(ffs, 600)
     assert {ff["attributes"]["spark.batch.id"] for ff in ffs} == {"0", "1"}
+
+
+# -- back-pressure and faults --------------------------------------------------------------------
+
+
+def batch_write(df: Any, url: str, port: str = "in", **options: str) -> None:
+    writer = df.write.format("nifi-s2s").option("url", url).option("portName", port).mode("append")
+    for k, v in options.items():
+        writer = writer.option(k, v)
+    writer.save()
+
+
+@pytest.mark.parametrize("routing", ["weighted", "roundRobin"])
+def test_full_destination_backs_off_and_other_nodes_take_the_rows(spark: Any, srv: ServerProcess, routing: str) -> None:
+    srv.admin.set_capacity("in", 0, node=0)  # node 0 answers 503 "destination full"
+    try:
+        batch_write(rows_df(spark, 300), srv.url, routing=routing, batchCount="25")
+    finally:
+        srv.admin.set_capacity("in", None, node=0)
+    per_node = drain(srv)
+    assert per_node[0] == []
+    assert_exactly_once(flat(per_node), 300)
+
+
+def test_stopped_or_unknown_port_fails_at_once_with_a_clear_error(spark: Any, srv: ServerProcess) -> None:
+    import time
+
+    srv.admin.stop_port("in")
+    started = time.monotonic()
+    try:
+        with pytest.raises(Exception) as info:
+            batch_write(rows_df(spark, 10, partitions=1), srv.url)
+    finally:
+        srv.admin.start_port("in")
+    text = str(info.value)
+    assert "PortNotRunningError" in text and "port in" in text and "503" in text and "127.0.0.1" in text
+    assert time.monotonic() - started < 30  # no waiting for a port that is stopped
+    with pytest.raises(Exception, match=r"UnknownPortError.*nope"):
+        batch_write(rows_df(spark, 10, partitions=1), srv.url, port="nope")
+    assert srv.admin.queued("in") == 0
+
+
+def test_peer_dying_mid_upload_commits_nothing_half_and_the_retry_sends_once(spark: Any, srv: ServerProcess) -> None:
+    srv.admin.fault("drop_mid_body", method="POST", path_contains="flow-files", after_bytes=2000)
+    batch_write(rows_df(spark, 200, partitions=1), srv.url)
+    assert srv.admin.faults()[0]["fired"] == 1
+    assert_exactly_once(flat(drain(srv)), 200)
+
+
+def test_node_removed_between_micro_batches(spark: Any, tmp_path: Path) -> None:
+    d = tmp_path / "in"
+    d.mkdir()
+    write_files(d, "a.json", 0, 300)
+    with ServerProcess("--input-port", "in", nodes=NODES) as srv:
+        q = start(stream_df(spark, d), srv, tmp_path / "chk", routing="roundRobin", batchCount="20")
+        try:
+            q.processAllAvailable()
+            first = flat(drain(srv))
+            assert len({ff["attributes"]["spark.batch.id"] for ff in first}) == 1
+            srv.admin.remove_node(2)
+            write_files(d, "b.json", 300, 300)
+            q.processAllAvailable()
+        finally:
+            q.stop()
+        second = drain(srv, nodes=[0, 1])
+    assert_exactly_once(first + flat(second), 600)
+    assert all(second[k] for k in (0, 1))
+
+
+def test_tls_with_client_certificate(spark: Any) -> None:
+    with ServerProcess("--input-port", "in", tls=True) as srv:
+        batch_write(rows_df(spark, 50), srv.url, keystoreFilename=str(srv.client_p12),
+                    keystorePassword=str(srv.client_p12_password), truststoreFilename=str(srv.ca))
+        assert srv.url.startswith("https://")
+        assert_exactly_once(srv.admin.flowfiles("in", drain=True), 50)
