@@ -55,6 +55,7 @@ __all__ = [
     "SinkCommitMessage",
     "TaskIds",
     "check_sink_schema",
+    "EncodedRows",
     "encode_packets",
 ]
 
@@ -199,14 +200,21 @@ def _user_attributes(attrs: pa.Array) -> tuple[pa.Array, pa.Array]:
     return joined, counts
 
 
-def encode_packets(content: pa.Array, attributes: pa.Array | None, ids: TaskIds, first_sequence: int
-                   ) -> tuple[pa.Array, pa.Array]:
+#: mean content size from which a batch's content is sent from Spark's buffer as it is (headers
+#: encoded apart) instead of being copied into whole packets
+LARGE_CONTENT = 32 << 10
+
+
+def encode_packets(content: pa.Array, attributes: pa.Array | None, ids: TaskIds, first_sequence: int,
+                   *, with_content: bool = True) -> tuple[pa.Array, pa.Array]:
     """NiFi packets (``StandardFlowFileCodec`` v1) of a batch of rows, built by Arrow kernels.
 
     Returns ``(packets, content_lengths)``: a large_binary array with one whole packet per row
-    (its data buffer is the packet stream, contiguous) and the content length of each row.
-    Attributes: the row's own (``attributes``, nulls dropped), then :data:`SINK_ATTRIBUTES`
-    (so they win where a receiver keeps the last value of a name). Null content is empty content.
+    (its data buffer is the packet stream, contiguous) and the content length of each row. With
+    ``with_content=False`` each entry is the packet up to its content (the caller sends the
+    content itself). Attributes: the row's own (``attributes``, nulls dropped), then
+    :data:`SINK_ATTRIBUTES` (so they win where a receiver keeps the last value of a name). Null
+    content is empty content.
     """
     n = len(content)
     body = pc.fill_null(content.cast(_BIN), pa.scalar(b"", _BIN))
@@ -223,11 +231,52 @@ def encode_packets(content: pa.Array, attributes: pa.Array | None, ids: TaskIds,
         counts = pc.add(counts, own)
     else:
         user, counts = pa.scalar(b"", _BIN), pa.array([own] * n, pa.int64())
-    packets = pc.binary_join_element_wise(
-        _be_binary(counts, 4), user, pa.scalar(common + seq_key, _BIN),
-        _be_binary(pc.binary_length(sequence), 4), sequence,
-        _be_binary(lengths, 8), body, pa.scalar(b"", _BIN))
-    return packets, lengths
+    parts = [_be_binary(counts, 4), user, pa.scalar(common + seq_key, _BIN),
+             _be_binary(pc.binary_length(sequence), 4), sequence, _be_binary(lengths, 8)]
+    if with_content:
+        parts.append(body)
+    return pc.binary_join_element_wise(*parts, pa.scalar(b"", _BIN)), lengths
+
+
+class EncodedRows:
+    """The packets of some rows of a record batch, ready to be handed to transactions in runs.
+
+    Small content: whole packets in one Arrow buffer (a run of rows is one slice of it). Large
+    content (mean at least :data:`LARGE_CONTENT`): the headers are encoded apart and each row's
+    content is a slice of Spark's own buffer, so content bytes are never copied by the sink.
+    """
+
+    def __init__(self, content: pa.Array, attributes: pa.Array | None, ids: TaskIds, first_sequence: int) -> None:
+        n = len(content)
+        total = (pc.sum(pc.binary_length(content)).as_py() or 0) if n else 0
+        self.large = bool(n) and total >= LARGE_CONTENT * n
+        self.packets, lengths = encode_packets(content, attributes, ids, first_sequence,
+                                               with_content=not self.large)
+        self.content = content.cast(_BIN) if self.large else None
+        self.lengths: list[int] = lengths.to_pylist()
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def select(self, mask: pa.Array) -> EncodedRows:
+        """The rows where ``mask`` is true (same order)."""
+        out = object.__new__(EncodedRows)
+        out.large = self.large
+        out.packets = self.packets.filter(mask)
+        out.content = self.content.filter(mask) if self.content is not None else None
+        out.lengths = pc.filter(pa.array(self.lengths, pa.int64()), mask).to_pylist()
+        return out
+
+    def parts(self, start: int, stop: int) -> list[bytes | memoryview]:
+        """The wire bytes of rows ``start:stop``, in order, as few buffers as possible (no copy)."""
+        if self.content is None:
+            return [_packet_slices(self.packets, start, stop)]
+        out: list[bytes | memoryview] = []
+        for i in range(start, stop):
+            out.append(_packet_slices(self.packets, i, i + 1))
+            if self.lengths[i]:
+                out.append(_packet_slices(self.content, i, i + 1))
+        return out
 
 
 def _packet_slices(packets: pa.Array, start: int, stop: int) -> memoryview:
@@ -424,7 +473,8 @@ class _PartitionWriter:
                     or (self.max_bytes and tx.bytes >= self.max_bytes)
                     or (self.max_seconds and time.monotonic() - age_from >= self.max_seconds))
 
-    def _send_rows(self, route: int, packets: pa.Array, lengths: list[int]) -> None:
+    def _send_rows(self, route: int, rows: EncodedRows) -> None:
+        lengths = rows.lengths
         n = len(lengths)
         start = 0
         while start < n:
@@ -442,7 +492,7 @@ class _PartitionWriter:
                     j += 1
                 stop = j
             try:
-                tx.send_encoded([_packet_slices(packets, start, stop)], stop - start, sum(lengths[start:stop]))
+                tx.send_encoded(rows.parts(start, stop), stop - start, sum(lengths[start:stop]))
             except S2SError as exc:
                 raise _with_prefix(exc, self._where()) from None
             start = stop
@@ -456,17 +506,16 @@ class _PartitionWriter:
         if self.keeper is not None and self.keeper.error is not None:
             raise _with_prefix(self.keeper.error, f"{self._where()}: keeping handed-over transactions alive failed")
         attributes = batch.column(self.layout.attributes) if self.layout.attributes is not None else None
-        packets, lengths = encode_packets(batch.column(self.layout.content), attributes, self.ids, self.sequence)
+        rows = EncodedRows(batch.column(self.layout.content), attributes, self.ids, self.sequence)
         routes = self._routes_of(batch)
         self.sequence += n
         if routes is None:
-            self._send_rows(0, packets, lengths.to_pylist())
+            self._send_rows(0, rows)
             return
         for route in range(len(self.routes)):
             mask = pc.equal(routes, route)
-            if not pc.any(mask).as_py():
-                continue
-            self._send_rows(route, packets.filter(mask), lengths.filter(mask).to_pylist())
+            if pc.any(mask).as_py():
+                self._send_rows(route, rows.select(mask))
 
     def run(self, batches: Iterable[pa.RecordBatch]) -> SinkCommitMessage:
         self._started: dict[int, float] = {}

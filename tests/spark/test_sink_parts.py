@@ -153,3 +153,17 @@ def test_an_expired_transaction_fails_the_batch_loudly_and_commits_nothing(srv: 
     assert pickle.loads(pickle.dumps(info.value)).message == info.value.message
     others = [h for m in messages for h in m.handles if h is not gone]
     assert {srv.admin.transaction(h.transaction_id)["state"] for h in others} == {"CANCELED"}
+
+
+def test_large_content_is_sent_from_sparks_buffer_and_encodes_the_same() -> None:
+    from pyspark_s2s.spark.sink import LARGE_CONTENT, EncodedRows
+
+    ids = TaskIds("q", "1", 0, 0)
+    big = pa.array([b"a" * LARGE_CONTENT * 2, None, b"b" * (LARGE_CONTENT * 3)])
+    rows = EncodedRows(big, None, ids, 0)
+    assert rows.large and rows.lengths == [LARGE_CONTENT * 2, 0, LARGE_CONTENT * 3]
+    whole, _ = encode_packets(big, None, ids, 0)
+    assert b"".join(bytes(p) for p in rows.parts(0, 3)) == bytes(_packet_slices(whole, 0, 3))
+    picked = rows.select(pa.array([True, False, True]))
+    assert b"".join(bytes(p) for p in picked.parts(0, 2)) == whole[0].as_py() + whole[2].as_py()
+    assert not EncodedRows(pa.array([b"small"]), None, ids, 0).large
