@@ -74,7 +74,7 @@ def test_driver_killed_before_staging_loses_nothing(tmp_path: Path) -> None:
     with ServerProcess("--output-port", "out", "--ttl", "3") as srv:
         srv.admin.enqueue("out", _flowfiles(200))
         # the first download stalls after 20 packets: the driver dies while a task is receiving
-        srv.admin.fault("stall", method="GET", path_contains="flow-files", seconds=30, after_packets=20)
+        srv.admin.fault("stall", method="GET", path_contains="flow-files", seconds=6, after_packets=20)
         proc = _driver(tmp_path, srv.url, expect=200, per_trigger=100)
         try:
             wait_for(lambda: srv.admin.queued("out") < 200, 90, "a task receiving from the port")
