@@ -14,8 +14,9 @@ FlowFiles (100 B of content + 3 attributes, the issue's shape) and 1 MiB FlowFil
 * spark-noop: the same DataFrame into a Python data source that only counts the Arrow batches it
   gets: what Spark's hand-over to any Python sink costs (the ceiling of the nifi-s2s sink).
 
-The server's queue is emptied (admin reset) between runs. Prints medians (rows/s, MiB/s of content)
-and the ratios spark/client. Also the encoding step alone, in memory (per-row core encoder vs the
+The server's queue is emptied (admin reset) between runs. Prints medians (rows/s, MiB/s of content,
+how busy the server process was: its CPU time over the run's wall time, from /proc) and the ratios
+spark/client. Also the encoding step alone, in memory (per-row core encoder vs the
 Arrow encoder). Bounded: every transfer has a timeout; the run has ``--rounds`` rounds.
 """
 
@@ -45,6 +46,12 @@ def admin(url: str) -> Any:
     from serverproc import AdminClient
 
     return AdminClient([url], timeout=120)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def client_send(url: str, n: int, size: int) -> float:
@@ -113,7 +120,11 @@ def python_noop_write(spark: Any, n: int, size: int, partitions: int) -> float:
 
 
 def register_count_sink(spark: Any) -> None:
-    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceArrowWriter,
+        WriterCommitMessage,
+    )
 
     class CountWriter(DataSourceArrowWriter):
         def write(self, iterator: Any) -> WriterCommitMessage:
@@ -195,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                     if r % 2:
                         order.reverse()
                     for which in order:
+                        cpu0, wall0 = cpu_seconds(server.pid), time.perf_counter()
                         if which == "client":
                             rate = client_send(url, n, size)
                         elif which == "client+arrow":
@@ -203,13 +215,15 @@ def main(argv: list[str] | None = None) -> int:
                             rate = spark_write(spark, url, n, size, args.partitions)
                         else:
                             rate = python_noop_write(spark, n, size, args.partitions)
+                        busy = (cpu_seconds(server.pid) - cpu0) / (time.perf_counter() - wall0)
                         queued = adm.queued(PORT)
                         if which != "spark-noop" and queued != n:
                             raise RuntimeError(f"{which} {group}: the server holds {queued} of {n} FlowFiles")
                         adm.reset()
                         results.setdefault((group, which), []).append(rate)
+                        results.setdefault((group, which + " server"), []).append(busy)
                         print(f"round {r + 1} {group:5} {which:12}: {rate:>10,.0f} rows/s "
-                              f"{rate * size / MIB:>8,.1f} MiB/s", flush=True)
+                              f"{rate * size / MIB:>8,.1f} MiB/s   server busy {busy:4.0%} of a core", flush=True)
     finally:
         spark.stop()
     print(f"\nmedians of {args.rounds} rounds, {args.partitions} Spark tasks, 1 server node:")
@@ -223,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
             ratio = f"   spark/{w} {med['spark'] / rate:.2f}" if w != "spark" else ""
             if w == "spark-noop":
                 ratio += "  (Spark handing rows to a Python sink that only counts them)"
-            print(f"    {w:12} {rate:>10,.0f} rows/s {rate * size / MIB:>8,.1f} MiB/s{ratio}")
+            busy = statistics.median(results[(group, w + " server")])
+            print(f"    {w:12} {rate:>10,.0f} rows/s {rate * size / MIB:>8,.1f} MiB/s  server {busy:4.0%}{ratio}")
     return 0
 
 

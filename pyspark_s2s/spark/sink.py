@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -37,9 +37,13 @@ from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 from pyspark_s2s.client import SiteToSiteClient
 from pyspark_s2s.client.client import _raises_at_once
 from pyspark_s2s.client.transaction import SendTransaction, TransactionHandle
-from pyspark_s2s.errors import ConfigError, NoPeerAvailableError, S2SError, TransactionNotFoundError
+from pyspark_s2s.errors import (
+    ConfigError,
+    NoPeerAvailableError,
+    S2SError,
+    TransactionNotFoundError,
+)
 from pyspark_s2s.protocol.codes import Direction
-from pyspark_s2s.protocol.peers import PeerStatus
 from pyspark_s2s.spark.options import SparkOptions
 from pyspark_s2s.spark.routing import HashRing, route_values
 
@@ -50,12 +54,12 @@ __all__ = [
     "ATTR_QUERY_ID",
     "ATTR_SEQUENCE",
     "SINK_ATTRIBUTES",
+    "EncodedRows",
     "NiFiBatchWriter",
     "NiFiStreamWriter",
     "SinkCommitMessage",
     "TaskIds",
     "check_sink_schema",
-    "EncodedRows",
     "encode_packets",
 ]
 
@@ -389,19 +393,27 @@ class _PartitionWriter:
         self.backoffs = 0
         self.routes: list[str | None] = [None]  # route -> "host:port" (None: NiFi's weighted choice)
         self.ring: HashRing | None = None
-        if opts.routing != "weighted":
-            peers = [p for p, _ in self.client.peer_statuses(Direction.SEND)]
-            if not peers:
-                raise NoPeerAvailableError(f"no peers known for port {cfg.port}", port=cfg.port)
-            self.routes = [f"{p.hostname}:{p.port}" for p in sorted(peers, key=lambda p: p.key)]
-            if opts.routing == "attribute":
-                self.ring = HashRing([r for r in self.routes if r is not None])
-        self.route_index = {r: i for i, r in enumerate(self.routes) if r is not None}
+        self.route_index: dict[str, int] = {}
+        self._routes_known = opts.routing == "weighted"
 
     # -- routing -----------------------------------------------------------------------------
+    def _learn_routes(self) -> None:
+        """The nodes rows are dealt or hashed to: the peer list when the first row comes (an empty
+        partition asks nothing)."""
+        peers = [p for p, _ in self.client.peer_statuses(Direction.SEND)]
+        if not peers:
+            raise NoPeerAvailableError(f"{self._where()}: no peers known", port=self.opts.client.port)
+        self.routes = [f"{p.hostname}:{p.port}" for p in sorted(peers, key=lambda p: p.key)]
+        if self.opts.routing == "attribute":
+            self.ring = HashRing([r for r in self.routes if r is not None])
+        self.route_index = {r: i for i, r in enumerate(self.routes) if r is not None}
+        self._routes_known = True
+
     def _routes_of(self, batch: pa.RecordBatch) -> pa.Array | None:
         """Route number of each row, or None when every row takes route 0."""
         n = batch.num_rows
+        if not self._routes_known:
+            self._learn_routes()
         if self.opts.routing == "weighted" or len(self.routes) == 1:
             return None
         if self.opts.routing == "roundRobin":
@@ -732,11 +744,11 @@ class _NiFiWriter:
 class NiFiStreamWriter(_NiFiWriter, DataSourceStreamArrowWriter):
     """``df.writeStream.format("nifi-s2s")``: one instance per micro-batch (Spark rebuilds it)."""
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.opts.commit_mode == "batch":
             commit_handles(self.opts, list(messages), batchId, self._log())
 
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         abort_handles(self.opts, list(messages), batchId)
 
 

@@ -120,7 +120,13 @@ def test_bad_column_sets_fail_at_query_start(spark: Any, srv: ServerProcess, tmp
 
 
 def test_batch_write_null_rule_and_dedup_attributes(spark: Any, srv: ServerProcess) -> None:
-    from pyspark.sql.types import BinaryType, MapType, StringType, StructField, StructType
+    from pyspark.sql.types import (
+        BinaryType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+    )
 
     schema = StructType([StructField("content", BinaryType()),
                          StructField("attributes", MapType(StringType(), StringType()))])

@@ -12,7 +12,14 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyspark.sql.types import BinaryType, IntegerType, MapType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+)
 from serverproc import ServerProcess
 
 from pyspark_s2s.client import SiteToSiteClient
