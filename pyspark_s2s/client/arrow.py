@@ -1,14 +1,14 @@
 """Receive fast path: a download body straight into Arrow record batches.
 
-Owns: :data:`ARROW_SCHEMA` (``content binary, attributes map<string,string>``); the hot header
-scan :func:`scan_ends` (one Python loop that records only where each length-prefixed field of
-each packet ends); :func:`ends_to_record_batch`, which derives every start/end with Arrow
+Owns: :data:`ARROW_SCHEMA` (``content binary, attributes map<string,string>``);
+:func:`ends_to_record_batch`, which derives every start/end with Arrow
 compute, lays binary arrays over the received buffer and ``take``-s keys, values and contents in
 C++ (no Python object per FlowFile); and :class:`BatchReader`, which reads a body in blocks of
 about one batch, undoes compression (core ``FrameReader``) and keeps the transaction CRC.
 
-This is a second reader of the packet layout of docs/protocol.md §3 next to the core's decoder,
-tuned for bulk; a property test keeps both in agreement on any input (same packets or both a
+The packets are indexed by the core's bulk reader :func:`~pyspark_s2s.protocol.codec.scan_ends`
+(re-exported here; the reference server's upload uses the same one); a property test keeps it in
+agreement with the per-packet decoder on any input (same packets or both a
 :class:`~pyspark_s2s.errors.ProtocolError`).
 
 Must not import: the server, the Spark layer. ``pyarrow`` is imported here only (lazily by
@@ -22,7 +22,6 @@ U+FFFD like Java (a slower path handles that batch).
 from __future__ import annotations
 
 import logging
-import struct
 from array import array
 from collections.abc import Callable
 
@@ -31,7 +30,7 @@ import pyarrow.compute as pc
 
 from pyspark_s2s.errors import ProtocolError
 from pyspark_s2s.protocol._crc import crc32
-from pyspark_s2s.protocol.codec import MAX_ATTRIBUTES, PacketScan
+from pyspark_s2s.protocol.codec import MAX_ATTRIBUTES, PacketScan, scan_ends
 from pyspark_s2s.protocol.compression import FrameReader
 
 __all__ = [
@@ -53,7 +52,6 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 
-_MAX_CONTENT = (1 << 63) - 1
 _MAX_INT32 = (1 << 31) - 1
 #: headers are scanned once this many new bytes arrived (fewer, larger scans; still pipelined)
 _SCAN_BLOCK = 512 << 10
@@ -95,61 +93,6 @@ def scan_to_record_batch(data: bytes, scan: PacketScan) -> pa.RecordBatch:
     offsets = pa.array(scan.attr_offsets, pa.int32())
     attributes = pa.MapArray.from_arrays(offsets, keys, values)
     return pa.RecordBatch.from_arrays([content, attributes], schema=ARROW_SCHEMA)
-
-
-_I32 = struct.Struct(">i").unpack_from
-_I64 = struct.Struct(">q").unpack_from
-
-
-def scan_ends(buf: bytes | bytearray, max_packets: int, max_attributes: int = MAX_ATTRIBUTES,
-              start: int = 0) -> tuple[int, array, array]:
-    """The hot loop: index up to ``max_packets`` complete packets at the start of ``buf``.
-
-    Records only where each length-prefixed field *ends* (plus the offset after each packet's
-    attribute count) in one ``array('q')``, and each packet's attribute count; everything else
-    is derived with Arrow compute in :func:`ends_to_record_batch`. Scanning starts at ``start``;
-    offsets are absolute. Returns (offset after the last complete packet, ends, counts). Negative lengths are detected there, in bulk; here only what could loop or
-    blow up is checked (attribute count range, negative content length, no progress).
-    """
-    ends = array("q")
-    counts = array("q")
-    app = ends.append
-    capp = counts.append
-    u32 = _I32
-    u64 = _I64
-    size = len(buf)
-    stop = size - 12  # a packet takes at least 12 bytes
-    p = start
-    for _ in range(max_packets):
-        if p > stop:
-            break
-        try:
-            cnt = u32(buf, p)[0]
-            if not 0 <= cnt <= max_attributes:
-                raise ProtocolError(
-                    f"packet {len(counts) + 1}: attribute count {cnt} is outside 0..{max_attributes}"
-                )
-            q = p + 4
-            app(q)
-            for _ in range(cnt):
-                q += 4 + u32(buf, q)[0]
-                app(q)
-                q += 4 + u32(buf, q)[0]
-                app(q)
-            cl = u64(buf, q)[0]
-        except struct.error:  # the packet is not complete yet
-            break
-        q += 8 + cl
-        if q > size or q < p + 12:
-            if cl < 0 or q < p + 12:
-                raise ProtocolError(f"packet {len(counts) + 1}: negative length in its header")
-            break  # content not complete yet
-        app(q)
-        capp(cnt)
-        p = q
-    # drop what an incomplete last packet appended
-    del ends[2 * (sum(counts) + len(counts)) :]
-    return p, ends, counts
 
 
 def _arr(values: array, type_: pa.DataType) -> pa.Array:

@@ -16,6 +16,7 @@ No I/O: bytes in, events out (h11 style).
 from __future__ import annotations
 
 import struct
+from array import array
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,11 +37,13 @@ __all__ = [
     "NeedData",
     "PacketDecoder",
     "PacketEnd",
+    "PacketRun",
     "PacketScan",
     "PacketStart",
     "decode_packets",
     "encode_packet",
     "encode_packet_header",
+    "scan_ends",
     "scan_packets",
 ]
 
@@ -52,6 +55,7 @@ DEFAULT_MAX_HEADER_BYTES: Final = 64 << 20
 DEFAULT_INLINE_CONTENT_LIMIT: Final = 1 << 20
 
 _I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
 _I64 = struct.Struct(">q")
 _MAX_CONTENT_LENGTH = (1 << 63) - 1
 
@@ -109,19 +113,29 @@ def encode_packet_header(attributes: Mapping[str, str], content_length: int) -> 
         raise ProtocolError(f"invalid content length {content_length}")
     pack = _I32.pack
     parts: list[bytes] = [pack(len(attributes))]
+    add = parts.extend
+    try:
+        for key, value in attributes.items():
+            k = key.encode("utf-8")
+            v = value.encode("utf-8")
+            add((pack(len(k)), k, pack(len(v)), v))
+    except (AttributeError, struct.error):
+        _explain(attributes)  # raises the precise error
+        raise
+    parts.append(_I64.pack(content_length))
+    return b"".join(parts)
+
+
+def _explain(attributes: Mapping[str, str]) -> None:
+    """Why ``attributes`` cannot be encoded (the slow path of :func:`encode_packet_header`)."""
     for key, value in attributes.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise TypeError(
                 f"FlowFile attributes must be str -> str, got {type(key).__name__} -> "
                 f"{type(value).__name__} for key {key!r}"
             )
-        k = key.encode("utf-8")
-        v = value.encode("utf-8")
-        _check_length(len(k), f"attribute name {key[:40]!r}")
-        _check_length(len(v), f"value of attribute {key[:40]!r}")
-        parts += (pack(len(k)), k, pack(len(v)), v)
-    parts.append(_I64.pack(content_length))
-    return b"".join(parts)
+        _check_length(len(key.encode("utf-8")), f"attribute name {key[:40]!r}")
+        _check_length(len(value.encode("utf-8")), f"value of attribute {key[:40]!r}")
 
 
 def encode_packet(attributes: Mapping[str, str], content: bytes | bytearray | memoryview) -> bytes:
@@ -284,6 +298,41 @@ class PacketDecoder:
                 return out
             out.append(ev)
 
+    def next_run(self, max_packets: int = 8192) -> PacketRun | None:
+        """Bulk fast path: the whole packets buffered now (at most ``max_packets``, each with
+        content up to the inline limit) as one :class:`PacketRun`, checksummed and consumed;
+        None when the next packet is for :meth:`next_event` (a packet in flight, an incomplete
+        or large one, or malformed input, which :meth:`next_event` then reports exactly).
+
+        May be mixed freely with :meth:`next_event`; both keep the same CRC and counters.
+        """
+        if self._failed:
+            raise ProtocolError("decoder already failed")
+        if self._direct or self._streaming or self._pending is not None:
+            return None
+        avail = len(self._buf) - self._pos
+        if avail < 12 or avail < self._need:
+            return None
+        with memoryview(self._buf) as view:
+            data = bytes(view[self._pos :])
+        try:
+            end, ends, counts = scan_ends(
+                data, max_packets, self._max_attributes, 0, max_content=self._inline_limit,
+                max_header=self._max_header,
+            )
+        except ProtocolError:
+            return None  # next_event() decodes up to the bad packet and raises the precise error
+        if not counts:
+            return None
+        if end < len(data):
+            data = data[:end]
+        self._crc = crc32(data, self._crc)
+        self._pos += end
+        self._consumed += end
+        self._packets += len(counts)
+        self._need = 4
+        return PacketRun(data, ends, counts)
+
     def _consume(self, n: int) -> memoryview:
         view = memoryview(self._buf)[self._pos : self._pos + n]
         self._crc = crc32(view, self._crc)
@@ -417,6 +466,88 @@ def decode_packets(data: bytes | bytearray | memoryview) -> list[DataPacket]:
 
 
 # -- scanning (fast path) -----------------------------------------------------------------
+
+
+def scan_ends(
+    buf: bytes | bytearray,
+    max_packets: int,
+    max_attributes: int = MAX_ATTRIBUTES,
+    start: int = 0,
+    *,
+    max_content: int = _MAX_CONTENT_LENGTH,
+    max_header: int = _MAX_CONTENT_LENGTH,
+) -> tuple[int, array[int], array[int]]:
+    """The one bulk reader of the packet layout (the server's upload and the client's Arrow
+    receive both use it): index up to ``max_packets`` complete packets of ``buf`` from ``start``.
+
+    Records only where each length-prefixed field *ends* in one ``array('q')`` of absolute
+    offsets: per packet, the offset after its attribute count, then after every key and every
+    value, then after its content (so the content-length field sits at the second-to-last
+    entry, the content 8 bytes later); and each packet's attribute count in a second array.
+    Returns (offset after the last complete packet, ends, counts).
+
+    Stops before an incomplete packet, a packet whose content exceeds ``max_content`` or whose
+    attribute section exceeds ``max_header``. Attribute lengths are read unsigned, so a
+    negative one looks like an unfinished packet (the per-packet decoder names it); an
+    attribute count outside ``0..max_attributes`` or a negative content length raises
+    :class:`ProtocolError`. The CRC is not computed here.
+    """
+    ends = array("q")
+    counts = array("q")
+    app = ends.append
+    capp = counts.append
+    u32 = _U32.unpack_from
+    i32 = _I32.unpack_from
+    i64 = _I64.unpack_from
+    size = len(buf)
+    stop = size - 12  # a packet takes at least 12 bytes
+    p = start
+    for _ in range(max_packets):
+        if p > stop:
+            break
+        try:
+            cnt = i32(buf, p)[0]
+            if not 0 <= cnt <= max_attributes:
+                raise ProtocolError(
+                    f"packet {len(counts) + 1}: attribute count {cnt} is outside 0..{max_attributes}"
+                )
+            q = p + 4
+            app(q)
+            for _ in range(cnt):
+                q += 4 + u32(buf, q)[0]
+                app(q)
+                q += 4 + u32(buf, q)[0]
+                app(q)
+            cl = i64(buf, q)[0]
+        except struct.error:  # the packet is not complete yet
+            break
+        if cl < 0:
+            raise ProtocolError(f"packet {len(counts) + 1}: negative content length {cl}")
+        if cl > max_content or q - p > max_header:
+            break
+        q += 8 + cl
+        if q > size:
+            break  # content not complete yet
+        app(q)
+        capp(cnt)
+        p = q
+    # drop what an incomplete last packet appended
+    del ends[2 * (sum(counts) + len(counts)) :]
+    return p, ends, counts
+
+
+@dataclass(frozen=True, slots=True)
+class PacketRun:
+    """Whole packets as they arrived (:meth:`PacketDecoder.next_run`): ``data`` holds their
+    bytes, ``ends``/``counts`` index them as :func:`scan_ends` does (offsets into ``data``)."""
+
+    data: bytes
+    ends: array[int]
+    counts: array[int]
+
+    @property
+    def count(self) -> int:
+        return len(self.counts)
 
 
 @dataclass(slots=True)

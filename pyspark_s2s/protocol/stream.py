@@ -167,6 +167,12 @@ class PacketStreamDecoder:
         return self._packets.packets
 
     @property
+    def packets_decoder(self) -> PacketDecoder:
+        """The packet decoder underneath; for a plain (uncompressed) stream its
+        :meth:`~PacketDecoder.next_run` may be mixed with :meth:`next_event`."""
+        return self._packets
+
+    @property
     def bytes_consumed(self) -> int:
         """Uncompressed codec bytes decoded so far."""
         return self._packets.bytes_consumed

@@ -205,3 +205,61 @@ def test_fuzz_scanner_any_bytes(data: bytes) -> None:
     except ProtocolError:
         return
     assert 0 <= scan.consumed <= len(data)
+
+
+def _decode_runs(data: bytes, step: int, **limits: int) -> tuple[list[tuple[dict[str, str], bytes]], int, int]:
+    """Feed ``data`` in ``step``-byte pieces, taking bulk runs (next_run) wherever the decoder
+    offers one and events otherwise, as the reference server's upload does."""
+    dec = PacketDecoder(**limits)
+    out: list[tuple[dict[str, str], bytes]] = []
+    events: list[object] = []
+
+    def pump() -> None:
+        while True:
+            run = dec.next_run(max_packets=3)
+            if run is not None:
+                assert run.count and len(run.ends) == 2 * (sum(run.counts) + run.count)
+                out.extend((p.attributes, p.content) for p in decode_packets(run.data))
+                continue
+            ev = dec.next_event()
+            if ev is NEED_DATA:
+                return
+            events.append(ev)
+            if isinstance(ev, (DataPacket, PacketEnd)):
+                out.extend((p.attributes, p.content) for p in packets_of(events))
+                events.clear()
+
+    for i in range(0, len(data), step):
+        dec.feed(data[i : i + step])
+        pump()
+    dec.end_of_stream()
+    return out, dec.checksum, dec.packets
+
+
+@given(packets, st.integers(min_value=1, max_value=2000), st.integers(min_value=0, max_value=200))
+def test_bulk_runs_and_events_mix_like_events_alone(
+    pkts: list[tuple[dict[str, str], bytes]], step: int, inline: int
+) -> None:
+    wire = b"".join(encode_packet(a, c) for a, c in pkts)
+    got, crc, count = _decode_runs(wire, step, inline_content_limit=inline)
+    assert got == [(dict(a), c) for a, c in pkts]
+    assert crc == zlib.crc32(wire) and count == len(pkts)
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=400), st.integers(min_value=1, max_value=64))
+def test_fuzz_bulk_runs_fail_only_where_events_fail(data: bytes, step: int) -> None:
+    limits = {"max_header_bytes": 4096, "inline_content_limit": 64}
+    try:
+        expected = _decode_split(data, list(range(0, len(data), step)), **limits)
+    except ProtocolError as exc:
+        expected_error: str | None = str(exc)
+    else:
+        expected_error = None
+    try:
+        got, crc, _ = _decode_runs(data, step, **limits)
+    except ProtocolError as exc:
+        assert str(exc) == expected_error
+        return
+    assert expected_error is None
+    assert got == [(p.attributes, p.content) for p in expected[0]] and crc == expected[1]
