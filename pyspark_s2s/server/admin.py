@@ -352,7 +352,7 @@ def _port_action(
         listed = [_flowfile_json(ff, with_content) for ff in items]
         if drain:
             for ff in items:
-                ff.content.release()
+                ff.release()
         return 200, {"node": node.index, "port": name, "flowfiles": listed}
     if method != "POST":
         raise AdminError(404, f"no admin route {method} {action}")

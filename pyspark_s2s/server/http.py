@@ -20,7 +20,6 @@ import socket
 import ssl
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
@@ -39,6 +38,7 @@ from pyspark_s2s.protocol.codec import (
     DataPacket,
     PacketEnd,
     PacketStart,
+    decode_packets,
 )
 from pyspark_s2s.protocol.codes import (
     Direction,
@@ -67,6 +67,9 @@ from pyspark_s2s.server.model import (
     Node,
     Port,
     Transaction,
+    WireFlowFile,
+    server_attributes,
+    wire_flowfiles,
 )
 from pyspark_s2s.server.tls import peer_dn
 
@@ -80,6 +83,11 @@ logger = logging.getLogger(__name__)
 NO_CACHE = "private, no-cache, no-store, no-transform"
 READ_SIZE = 64 * 1024
 UPLOAD_INLINE_LIMIT = 64 * 1024
+#: a download takes up to this many FlowFiles / bytes from the queue at once
+DOWNLOAD_BATCH = 4096
+DOWNLOAD_BATCH_BYTES = 1 << 20
+#: upload bodies are read in pieces this large (fewer, larger bulk decodes of small packets)
+UPLOAD_READ_SIZE = 256 * 1024
 WRITE_BUFFER = 64 * 1024
 DRAIN_LIMIT = 1 << 30
 _NOT_FOUND_TX = "Transaction was not found."
@@ -196,10 +204,12 @@ class ChunkedWriter:
         # plain TCP sockets only: SSL sockets have no sendmsg
         self._sock = sock if sock is not None and type(sock) is socket.socket else None
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray | memoryview) -> None:
         if not data:
             return
-        if not self._buf and len(data) >= WRITE_BUFFER:
+        if len(data) >= WRITE_BUFFER:
+            if self._buf:
+                self._write_buffer()
             head = b"%x\r\n" % len(data)
             if self._sock is not None:
                 self._sendmsg([head, data, b"\r\n"])
@@ -210,7 +220,7 @@ class ChunkedWriter:
         if len(self._buf) >= WRITE_BUFFER:
             self.flush()
 
-    def _sendmsg(self, parts: list[bytes]) -> None:
+    def _sendmsg(self, parts: list[bytes | bytearray | memoryview]) -> None:
         assert self._sock is not None
         views = [memoryview(p) for p in parts]
         while views:
@@ -221,18 +231,54 @@ class ChunkedWriter:
             if views and sent:
                 views[0] = views[0][sent:]
 
+    def _write_buffer(self) -> None:
+        self._buf[0:0] = b"%x\r\n" % len(self._buf)
+        self._buf += b"\r\n"
+        self._wfile.write(self._buf)
+        self._buf = bytearray()
+
     def flush(self) -> None:
         if self._buf:
-            self._buf[0:0] = b"%x\r\n" % len(self._buf)
-            self._buf += b"\r\n"
-            self._wfile.write(self._buf)
-            self._buf = bytearray()
+            self._write_buffer()
         self._wfile.flush()
 
     def close(self) -> None:
         self.flush()
         self._wfile.write(b"0\r\n\r\n")
         self._wfile.flush()
+
+
+def _write_flowfiles(out: ChunkedWriter, encoder: PacketStreamEncoder, flowfiles: list[FlowFile]) -> None:
+    """Encode ``flowfiles`` onto ``out``. Wire-form FlowFiles that lie back to back in one
+    buffer (one upload's run) go out as one slice of it, checksummed in one call."""
+    run: bytes | None = None
+    start = stop = count = 0
+
+    def flush_run() -> None:
+        assert run is not None
+        with memoryview(run) as view:
+            out.write(encoder.encoded(view[start:stop], count))
+
+    for ff in flowfiles:
+        if type(ff) is WireFlowFile and not encoder.compress:
+            buf, s, e = ff[0], ff[1], ff[2]
+            if buf is run and s == stop:
+                stop = e
+                count += 1
+                continue
+            if run is not None:
+                flush_run()
+            run, start, stop, count = buf, s, e, 1
+            continue
+        if run is not None:
+            flush_run()
+            run = None
+        out.write(encoder.begin(ff.attributes, ff.size))
+        for piece in ff.content.chunks():
+            out.write(encoder.content(piece))
+        out.write(encoder.end())
+    if run is not None:
+        flush_run()
 
 
 # -- the server -------------------------------------------------------------------------------
@@ -734,21 +780,31 @@ class S2SHandler(BaseHTTPRequestHandler):
         start_attrs: dict[str, str] = {}
         stalled = False
 
-        def server_attributes(attrs: dict[str, str]) -> dict[str, str]:
-            out = dict(attrs)
-            out["uuid"] = str(uuid.uuid4())
-            out["s2s.host"] = host
-            out["s2s.address"] = f"{host}:{cport}"
-            return out
+        address = f"{host}:{cport}"
+        # plain uploads without an injected fault take whole small packets in bulk runs, kept
+        # in wire form (model.wire_flowfiles); the rest goes event by event
+        bulk = not props.compress and fault is None
+        next_run = decoder.packets_decoder.next_run if bulk else None
 
         def pump() -> None:
             nonlocal writer, start_attrs
             while True:
+                if next_run is not None:
+                    run = next_run()
+                    if run is not None:
+                        flowfiles: list[Any] | None = wire_flowfiles(run, host, address)
+                        if flowfiles is None:
+                            flowfiles = [
+                                FlowFile(server_attributes(p.attributes, host, address), Content.of(p.content))
+                                for p in decode_packets(run.data)
+                            ]
+                        received.extend(flowfiles)
+                        continue
                 ev = decoder.next_event()
                 if ev is NEED_DATA:
                     return
                 if isinstance(ev, DataPacket):
-                    received.append(FlowFile(server_attributes(ev.attributes), Content.of(ev.content)))
+                    received.append(FlowFile(server_attributes(ev.attributes, host, address), Content.of(ev.content)))
                 elif isinstance(ev, PacketStart):
                     writer = ContentWriter()
                     start_attrs = ev.attributes
@@ -757,14 +813,14 @@ class S2SHandler(BaseHTTPRequestHandler):
                     writer.write(ev.data)
                 elif isinstance(ev, PacketEnd):
                     assert writer is not None
-                    received.append(FlowFile(server_attributes(start_attrs), writer.finish()))
+                    received.append(FlowFile(server_attributes(start_attrs, host, address), writer.finish()))
                     writer = None
 
         try:
             while True:
                 if fault is not None and fault.kind == "drop_mid_body" and self.body.received >= fault.after_bytes:
                     raise _Dropped()
-                data = self.body.read(READ_SIZE if fault is None else min(READ_SIZE, 1024))
+                data = self.body.read(UPLOAD_READ_SIZE if fault is None else min(READ_SIZE, 1024))
                 if not data:
                     break
                 decoder.feed(data)
@@ -845,13 +901,10 @@ class S2SHandler(BaseHTTPRequestHandler):
             self._start(202, "application/octet-stream", headers)
             self.end_headers()
             out = ChunkedWriter(self.wfile, self.connection)
-            ff: FlowFile | None = first
-            while ff is not None:
-                out.write(encoder.begin(ff.attributes, ff.size))
-                for piece in ff.content.chunks():
-                    out.write(encoder.content(piece))
-                out.write(encoder.end())
-                sent_bytes += ff.size
+            batch = sent[:]
+            while batch:
+                _write_flowfiles(out, encoder, batch)
+                sent_bytes += sum(ff.size for ff in batch)
                 if fault is not None and encoder.packets == fault.after_packets:
                     if fault.kind == "drop_mid_body":
                         out.flush()
@@ -869,12 +922,19 @@ class S2SHandler(BaseHTTPRequestHandler):
                     poll = False
                 if default_duration:
                     poll = elapsed_ms < 5000.0
-                ff = None
+                batch = []
                 if poll:
+                    # FlowFiles are taken in batches (one lock, one write per run of wire-form
+                    # packets); one at a time while a fault counts packets
+                    limit = 1 if fault is not None else DOWNLOAD_BATCH
+                    if count_limit > 0:
+                        limit = min(limit, count_limit - len(sent))
+                    max_bytes = DOWNLOAD_BATCH_BYTES
+                    if size_limit > 0:
+                        max_bytes = min(max_bytes, size_limit - sent_bytes)
                     with cluster.lock:
-                        ff = port.pop()
-                    if ff is not None:
-                        sent.append(ff)
+                        batch = port.pop_many(limit, max_bytes)
+                    sent.extend(batch)
             out.close()
         except BaseException:
             cluster.fail(tx, "download connection broke", sent)

@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import tempfile
 import threading
 import time
 import uuid
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import accumulate, chain, repeat
+from operator import add, attrgetter, itemgetter, mul, sub
 from typing import Any
 
 from pyspark_s2s.errors import (
@@ -29,6 +33,7 @@ from pyspark_s2s.errors import (
     TransactionNotFoundError,
     UnknownPortError,
 )
+from pyspark_s2s.protocol.codec import DataPacket, PacketRun, decode_packets
 from pyspark_s2s.protocol.codes import DEFAULT_TTL_SECONDS, Direction
 from pyspark_s2s.protocol.negotiation import HandshakeProperties
 from pyspark_s2s.protocol.transaction import (
@@ -48,7 +53,10 @@ __all__ = [
     "Node",
     "Port",
     "Transaction",
+    "new_id",
     "port_id_for",
+    "server_attributes",
+    "wire_flowfiles",
 ]
 
 logger = logging.getLogger(__name__)
@@ -181,16 +189,180 @@ class ContentWriter:
         self.size = 0
 
 
-@dataclass(eq=False)
 class FlowFile:
-    attributes: dict[str, str]
-    content: Content
-    #: the server's own identity of the FlowFile (names its durable content file)
-    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    """One queued FlowFile: attributes, content, and the server's own identity ``id`` (names its
+    durable content file; drawn on first use, from a block of random bytes).
+
+    FlowFiles that arrived as small packets are kept as :class:`WireFlowFile` instead, which
+    offers the same attributes and methods.
+    """
+
+    __slots__ = ("_id", "attributes", "content", "size")
+
+    #: the packet bytes this FlowFile is served as, when kept in wire form (never here)
+    wire = None
+
+    def __init__(self, attributes: dict[str, str], content: Content, id: str | None = None) -> None:
+        self.attributes = attributes
+        self.content = content
+        self._id = id
+        self.size = content.size
 
     @property
-    def size(self) -> int:
-        return self.content.size
+    def id(self) -> str:
+        if self._id is None:
+            self._id = new_id()
+        return self._id
+
+    def release(self) -> None:
+        """Close the content's file, if it has one."""
+        self.content.release()
+
+
+class WireFlowFile(tuple):
+    """A FlowFile kept in wire form: ``(buffer, start, end, size, uuid_at)``.
+
+    ``buffer[start:end]`` is the whole packet the server sends when it serves the FlowFile (its
+    own attributes already added, see :func:`wire_flowfiles`); ``size`` is the content length;
+    ``buffer[uuid_at:uuid_at + 36]`` is its ``uuid`` attribute, whose 32 hex digits are its
+    ``id``. Attributes and content are decoded from the packet only when asked (admin API,
+    ``--data-dir``, a compressed download). A tuple, so that a whole run of them is built by
+    ``map`` without a Python call per FlowFile.
+    """
+
+    __slots__ = ()
+
+    size = property(itemgetter(3))
+
+    @property
+    def wire(self) -> tuple[bytes, int, int]:
+        return self[0], self[1], self[2]
+
+    @property
+    def id(self) -> str:
+        at = self[4]
+        return self[0][at : at + 36].replace(b"-", b"").decode("ascii")
+
+    def _packet(self) -> DataPacket:
+        buf, start, end = self[0], self[1], self[2]
+        with memoryview(buf) as view:
+            return decode_packets(view[start:end])[0]
+
+    @property
+    def attributes(self) -> dict[str, str]:
+        return self._packet().attributes
+
+    @property
+    def content(self) -> Content:
+        return Content(self._packet().content)
+
+    def release(self) -> None:
+        """Nothing to close: the packet is plain memory."""
+
+
+_ID_BLOCK = 4096
+_id_lock = threading.Lock()
+_id_pool: list[str] = []
+
+
+def new_id() -> str:
+    """A random 128-bit identity (32 hex digits): drawn from ``os.urandom`` in blocks of 4096,
+    not one system call each."""
+    with _id_lock:
+        if not _id_pool:
+            hx = os.urandom(16 * _ID_BLOCK).hex()
+            _id_pool.extend(hx[i : i + 32] for i in range(0, len(hx), 32))
+        return _id_pool.pop()
+
+
+#: random bytes -> the version-4 nibble / the RFC 4122 variant bits of a UUID
+_VERSION4 = bytes((b & 0x0F) | 0x40 for b in range(256))
+_VARIANT = bytes((b & 0x3F) | 0x80 for b in range(256))
+#: where the 32 hex digits of a UUID go in its 36-character form
+_UUID_DIGITS = [i for i in range(36) if i not in (8, 13, 18, 23)]
+_I32 = struct.Struct(">i").pack
+#: the attribute keys the server adds, as they appear length-prefixed in a packet
+ADDED_KEYS = ("uuid", "s2s.host", "s2s.address")
+_ADDED_KEY_FIELDS = tuple(_I32(len(k)) + k.encode("ascii") for k in ADDED_KEYS)
+_size = attrgetter("size")
+
+
+def uuid4_fields(n: int, before: bytes, after: bytes) -> tuple[bytes, int]:
+    """``n`` blocks ``before + <random version-4 UUID, 36 characters> + after``, back to back:
+    one ``os.urandom`` call and a few bulk slice operations for all of them. Returns (the
+    blocks, the length of one)."""
+    raw = bytearray(os.urandom(16 * n))
+    raw[6::16] = raw[6::16].translate(_VERSION4)
+    raw[8::16] = raw[8::16].translate(_VARIANT)
+    digits = raw.hex().encode("ascii")
+    template = before + b"-" * 36 + after
+    width = len(template)
+    out = bytearray(template * n)
+    base = len(before)
+    for k, pos in enumerate(_UUID_DIGITS):
+        out[base + pos :: width] = digits[k::32]
+    return bytes(out), width
+
+
+def wire_flowfiles(run: PacketRun, host: str, address: str) -> list[WireFlowFile] | None:
+    """The FlowFiles of an upload's packet run in wire form, with the attributes the server adds
+    (``uuid``, random; ``s2s.host``; ``s2s.address``) appended to each packet's attributes,
+    exactly as :func:`server_attributes` adds them.
+
+    No string is decoded and no Python code runs per FlowFile: every step below is a ``map``
+    over the whole run (C loops). None if a packet of the run might already carry one of those
+    keys (the caller then decodes the run packet by packet, where the server's value replaces
+    the sender's as in a dict).
+    """
+    data = run.data
+    if any(key in data for key in _ADDED_KEY_FIELDS):
+        return None
+    counts = run.counts
+    n = len(counts)
+    extras, width = uuid4_fields(
+        n, _ADDED_KEY_FIELDS[0] + _I32(36), _encode_attribute("s2s.host", host) + _encode_attribute("s2s.address", address)
+    )
+    # run.ends holds 2 * (count + 1) offsets per packet, its content end last and the end of
+    # its attributes (where the content length starts) next to last; packet i starts where
+    # packet i - 1 ends
+    last = list(map(mul, map(add, accumulate(counts), range(1, n + 1)), repeat(2)))
+    take = run.ends.__getitem__
+    e = list(map(take, map(sub, last, repeat(1))))
+    a = list(map(take, map(sub, last, repeat(2))))
+    s = [0, *e[:-1]]
+    shift = range(0, n * width, width)  # output packet i is i extras blocks further on
+    with memoryview(data) as view, memoryview(extras) as ext:
+        cut = view.__getitem__
+        pieces = zip(
+            map(_I32, map(add, counts, repeat(len(ADDED_KEYS)))),  # the new attribute count
+            map(cut, map(slice, map(add, s, repeat(4)), a)),  # the sender's attributes
+            map(ext.__getitem__, map(slice, shift, range(width, (n + 1) * width, width))),
+            map(cut, map(slice, a, e)),  # content length and content
+        )
+        buf = b"".join(chain.from_iterable(pieces))
+    return list(map(WireFlowFile, zip(
+        repeat(buf),
+        map(add, s, shift),
+        map(add, e, range(width, (n + 1) * width, width)),
+        map(sub, map(sub, e, a), repeat(8)),
+        map(add, a, range(len(_ADDED_KEY_FIELDS[0]) + 4, n * width + 12, width)),
+    )))
+
+
+def _encode_attribute(key: str, value: str) -> bytes:
+    k = key.encode("utf-8")
+    v = value.encode("utf-8")
+    return _I32(len(k)) + k + _I32(len(v)) + v
+
+
+def server_attributes(attributes: dict[str, str], host: str, address: str) -> dict[str, str]:
+    """The attributes of a FlowFile the server received: the sender's plus ``uuid`` (random),
+    ``s2s.host`` and ``s2s.address`` (NiFi's receiving port adds the same)."""
+    out = dict(attributes)
+    out["uuid"] = str(uuid.UUID(new_id(), version=4))
+    out["s2s.host"] = host
+    out["s2s.address"] = address
+    return out
 
 
 # -- ports -------------------------------------------------------------------------------------
@@ -235,15 +407,29 @@ class Port:
         return self.capacity is not None and len(self.queue) >= self.capacity
 
     def push(self, flowfiles: Iterable[FlowFile]) -> None:
-        for ff in flowfiles:
-            self.queue.append(ff)
-            self.queued_bytes += ff.size
+        items = list(flowfiles)
+        self.queue.extend(items)
+        self.queued_bytes += sum(map(_size, items))
 
     def push_front(self, flowfiles: list[FlowFile]) -> None:
         """Put FlowFiles back at the head of the queue, keeping their order."""
         for ff in reversed(flowfiles):
             self.queue.appendleft(ff)
             self.queued_bytes += ff.size
+
+    def pop_many(self, limit: int, max_bytes: int) -> list[FlowFile]:
+        """Up to ``limit`` FlowFiles from the head of the queue, stopping after the one that
+        brings their total size to ``max_bytes`` or more."""
+        queue = self.queue
+        take = queue.popleft
+        out = [take() for _ in range(min(limit, len(queue)))]
+        sizes = list(accumulate(map(_size, out)))
+        if sizes and sizes[-1] >= max_bytes:
+            keep = bisect_left(sizes, max_bytes) + 1  # up to the one that reaches max_bytes
+            queue.extendleft(reversed(out[keep:]))
+            del out[keep:], sizes[keep:]
+        self.queued_bytes -= sizes[-1] if sizes else 0
+        return out
 
     def pop(self) -> FlowFile | None:
         if not self.queue:
@@ -254,7 +440,7 @@ class Port:
 
     def clear(self) -> None:
         for ff in self.queue:
-            ff.content.release()
+            ff.release()
         self.queue.clear()
         self.queued_bytes = 0
 
@@ -421,7 +607,7 @@ class Cluster:
                     node.index, len(flowfiles), name,
                 )
                 for ff in flowfiles:
-                    ff.content.release()
+                    ff.release()
                 continue
             port.push(flowfiles)
             logger.info("node %d: restored %d FlowFile(s) on port %s", node.index, len(flowfiles), name)
@@ -459,7 +645,7 @@ class Cluster:
                     node.store.close()
                 for tx in node.transactions.values():
                     for ff in tx.flowfiles:
-                        ff.content.release()
+                        ff.release()
                 for port in node.ports.values():
                     port.clear()
 
@@ -488,7 +674,7 @@ class Cluster:
             tx.port.push_front(tx.flowfiles)
         else:
             for ff in tx.flowfiles:
-                ff.content.release()
+                ff.release()
 
     def check_port(self, node: Node, port_id: str, direction: Direction) -> Port:
         """The handshake's port checks (§8): unknown → 404/200, stopped → 503/201,
@@ -571,7 +757,7 @@ class Cluster:
         """The upload/download finished with data: the server holds the transaction."""
         with self.lock:
             tx.flowfiles = flowfiles
-            tx.bytes = sum(ff.size for ff in flowfiles)
+            tx.bytes = sum(map(_size, flowfiles))
             tx.checksum = checksum
             tx.machine.handle(ServerEvent.END_TRANSFER)
             tx.last_communication = self.clock()
@@ -593,7 +779,7 @@ class Cluster:
                 # finished meanwhile (admin reset/expire): drop what the transfer still holds
                 if tx.outcome == "reset" or tx.direction is Direction.SEND:
                     for ff in tx.flowfiles:
-                        ff.content.release()
+                        ff.release()
                 else:
                     tx.port.push_front(tx.flowfiles)
                 return
@@ -619,7 +805,7 @@ class Cluster:
             if node is not None and node.store is not None:
                 node.store.remove(tx.port.name, tx.flowfiles)
             for ff in tx.flowfiles:
-                ff.content.release()
+                ff.release()
             self._finish(tx, ServerEvent.COMMIT, "committed")
             tx.result_code = 12
             return count
@@ -679,7 +865,7 @@ class Cluster:
                 for tx in list(node.transactions.values()):
                     if tx.active:
                         for ff in tx.flowfiles:
-                            ff.content.release()
+                            ff.release()
                         self._finish(tx, ServerEvent.CANCEL, "reset")
                 node.transactions.clear()
                 if node.store is not None and not node.removed:
