@@ -48,6 +48,7 @@ from pyspark_s2s.protocol.codec import (
     DataPacket,
     PacketEnd,
     PacketStart,
+    encode_packet_header,
 )
 from pyspark_s2s.protocol.codes import Direction, ResponseCode, TransactionResult
 from pyspark_s2s.protocol.peers import PeerStatus
@@ -500,12 +501,16 @@ class SendTransaction(_Transaction):
     def __init__(self, **kw: Any) -> None:
         self._encoder = PacketStreamEncoder(compress=kw["use_compression"])
         self._pending = bytearray()
+        # small packets appended to _pending from _raw_start on are not checksummed yet: the
+        # encoder takes them in one call when they are flushed (_settle)
+        self._raw_start = 0
+        self._raw_packets = 0
         self._upload: _Upload | None = None
         self._server_checksum: int | None = None
         self._detached = False
         super().__init__(**kw)
 
-    def _put(self, data: bytes | memoryview) -> None:
+    def _put(self, data: bytes | bytearray | memoryview) -> None:
         """Queue body bytes: small pieces are coalesced, large ones go as they are (no copy)."""
         if not data:
             return
@@ -518,7 +523,15 @@ class SendTransaction(_Transaction):
         if len(self._pending) >= UPLOAD_CHUNK:
             self._flush()
 
+    def _settle(self) -> None:
+        """Checksum and count the small packets :meth:`send` appended without the encoder."""
+        with memoryview(self._pending) as view:
+            self._encoder.encoded(view[self._raw_start :], self._raw_packets)
+        self._raw_packets = 0
+
     def _flush(self) -> None:
+        if self._raw_packets:
+            self._settle()
         if self._pending:
             chunk = bytes(self._pending)
             self._pending.clear()
@@ -566,12 +579,30 @@ class SendTransaction(_Transaction):
         try:
             if self._upload is None:
                 self._start_upload()
+            if self._raw_packets and not (isinstance(content, bytes) and len(content) < _DIRECT):
+                self._settle()  # before the encoder makes more bytes
             if isinstance(content, (bytes, bytearray, memoryview)):
                 if not isinstance(content, bytes):
                     # a mutable buffer could change while queued: take a snapshot
                     content = bytes(content)
                 size = len(content)
-                if size < _DIRECT:
+                if size < _DIRECT and not self._encoder.compress:
+                    # the hot path for small FlowFiles: header and content straight into the
+                    # pending chunk; the CRC is taken over the whole chunk when it is flushed
+                    try:
+                        header = encode_packet_header(attrs, size)
+                    except (AttributeError, TypeError):
+                        _check_attributes(attrs)
+                        raise
+                    pending = self._pending
+                    if not self._raw_packets:
+                        self._raw_start = len(pending)
+                    pending += header
+                    pending += content
+                    self._raw_packets += 1
+                    if len(pending) >= UPLOAD_CHUNK:
+                        self._flush()
+                elif size < _DIRECT:
                     try:
                         self._put(self._encoder.packet(attrs, content))
                     except (AttributeError, TypeError):
@@ -607,6 +638,8 @@ class SendTransaction(_Transaction):
         try:
             if self._upload is None:
                 self._start_upload()
+            if self._raw_packets:
+                self._settle()
             last = len(parts) - 1
             for i, part in enumerate(parts):
                 out = self._encoder.encoded(part, flow_files if i == last else 0)
@@ -665,6 +698,8 @@ class SendTransaction(_Transaction):
     @property
     def checksum(self) -> int:
         """Our CRC32 of everything sent so far."""
+        if self._raw_packets:
+            self._settle()
         return self._encoder.checksum
 
     def confirm(self) -> None:
