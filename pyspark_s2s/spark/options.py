@@ -145,6 +145,11 @@ SPARK_ONLY_OPTIONS: tuple[Option, ...] = (
          "values reach the same node)."),
     _row("routingAttribute", "routing_attribute", _name, None, "string",
          "Sink. The attribute whose value routes a row when `routing` is `attribute`."),
+    _row("batchCommitTimeout", "batch_commit_timeout", _duration, 600.0, "duration",
+         "Sink, `commitMode=batch`. How long the Python worker of a finished task keeps extending the "
+         "transactions it handed to the driver, waiting for the driver's commit or abort (which come only "
+         "after the last task of the micro-batch). 0: only until the task ends; the server's TTL then "
+         "bounds the wait.", default_doc="10 min"),
 )
 
 #: every option of the data source: the client's rows, then the Spark-only rows
@@ -170,6 +175,7 @@ class SparkOptions:
     #: Spark's ``checkpointLocation`` when the query passes it as an option (the sink's batch-mode
     #: commit log lives under it); not a row of the table, Spark sets it
     checkpoint_location: str | None = None
+    batch_commit_timeout: float = 600.0
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> SparkOptions:

@@ -326,24 +326,28 @@ def _with_prefix(exc: S2SError, prefix: str) -> S2SError:
 
 
 class _HandleKeeper:
-    """Keeps the transactions a task already handed over (batch mode) alive until it returns."""
+    """Keeps the transactions a task handed over (batch mode) alive: while the task runs (a failed
+    extension fails the task), then, after it returned, for up to ``batchCommitTimeout`` while the
+    driver has not committed or canceled them (:meth:`linger`; its own client, a daemon thread of
+    the Python worker, which Spark keeps for the next task)."""
 
-    def __init__(self, client: SiteToSiteClient) -> None:
-        self._client = client
+    def __init__(self, config: Any) -> None:
+        self._client = SiteToSiteClient(config)
         self.handles: list[TransactionHandle] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._interval = _EXTEND_EVERY
+        self._until: float | None = None  # monotonic end of the lingering phase
         self.error: S2SError | None = None
         self.extended_at = time.time()
 
     def add(self, handle: TransactionHandle) -> None:
         with self._lock:
             self.handles.append(handle)
+            self._interval = min(self._interval, max(0.5, handle.ttl_seconds / 3))
             if self._thread is None:
-                interval = max(0.5, min(_EXTEND_EVERY, handle.ttl_seconds / 3))
-                self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True,
-                                                name="s2s-sink-keepalive")
+                self._thread = threading.Thread(target=self._run, daemon=True, name="s2s-sink-keepalive")
                 self._thread.start()
 
     def extend_all(self) -> None:
@@ -354,18 +358,51 @@ class _HandleKeeper:
             self._client.extend(h)
         self.extended_at = started
 
-    def _run(self, interval: float) -> None:
-        while not self._stop.wait(interval):
+    def _extend_lingering(self) -> None:
+        """After the task: extend what the driver has not finished; 404 = committed or canceled
+        (or expired): stop extending that one."""
+        with self._lock:
+            handles = list(self.handles)
+        for h in handles:
             try:
-                self.extend_all()
+                self._client.extend(h)
             except S2SError as exc:
-                self.error = exc
+                logger.debug("no longer extending %s: %s", h.transaction_url, exc)
+                with self._lock:
+                    self.handles.remove(h)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self._interval):
+                if self._until is None:
+                    try:
+                        self.extend_all()
+                    except S2SError as exc:
+                        self.error = exc
+                        return
+                    continue
+                if time.monotonic() >= self._until or not self.handles:
+                    return
+                self._extend_lingering()
+        finally:
+            if self._until is not None or self.error is not None:
+                self._client.close()
+
+    def linger(self, seconds: float) -> None:
+        """The task returned its handles: keep extending them for up to ``seconds`` (0: stop now)."""
+        with self._lock:
+            if seconds <= 0 or self._thread is None or not self._thread.is_alive():
+                self._stop.set()
+                self._client.close()
                 return
+            self._until = time.monotonic() + seconds
 
     def stop(self) -> None:
+        """Stop for good (the task failed); the caller cancels the handles."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        self._client.close()
 
 
 class _PartitionWriter:
@@ -385,7 +422,7 @@ class _PartitionWriter:
         self.max_seconds = float(cfg.batch_duration or 0)
         self.deadline_seconds = max(float(cfg.timeout), 5.0)
         self.open: dict[int, SendTransaction] = {}
-        self.keeper = _HandleKeeper(self.client) if self.batch_mode else None
+        self.keeper = _HandleKeeper(cfg) if self.batch_mode else None
         self.sequence = 0
         self.flow_files = 0
         self.bytes = 0
@@ -539,12 +576,12 @@ class _PartitionWriter:
             handles: tuple[TransactionHandle, ...] = ()
             extended_at = 0.0
             if self.keeper is not None:
-                self.keeper.stop()
                 if self.keeper.error is not None:
                     raise _with_prefix(self.keeper.error,
                                        f"{self._where()}: keeping handed-over transactions alive failed")
                 self.keeper.extend_all()  # a full TTL for the driver from now on
                 handles, extended_at = tuple(self.keeper.handles), self.keeper.extended_at
+                self.keeper.linger(self.opts.batch_commit_timeout)
             return SinkCommitMessage(self.ids.partition, self.ids.attempt, self.flow_files, self.bytes,
                                      self.transactions, handles, extended_at, self.backoffs)
         except BaseException as exc:
@@ -681,7 +718,9 @@ def commit_handles(opts: SparkOptions, messages: list[Any], batch_id: int | None
                     why = (f"transaction {h.transaction_id} on {h.peer} (partition {m.partition}) is gone: the "
                            f"server's transaction TTL is {h.ttl_seconds} s and the task handed it over "
                            f"{age:.1f} s ago (the driver commits only after the last task of the batch "
-                           "ends; keep batches shorter than the TTL or raise the TTL on NiFi)") if gone else \
+                           "ends; the task's Python worker extends it meanwhile for up to batchCommitTimeout "
+                           f"({opts.batch_commit_timeout:g} s) if the worker lives on, otherwise the TTL is the "
+                           "limit: keep micro-batches shorter, or raise the TTL on NiFi)") if gone else \
                         f"extending transaction {h.transaction_id} on {h.peer} (partition {m.partition}) failed"
                     raise _with_prefix(exc, f"{where}: {why}; all {len(handles)} transactions of the batch "
                                             "were canceled, nothing was committed") from None

@@ -339,3 +339,28 @@ def test_tls_with_client_certificate(spark: Any) -> None:
                     keystorePassword=str(srv.client_p12_password), truststoreFilename=str(srv.ca))
         assert srv.url.startswith("https://")
         assert_exactly_once(srv.admin.flowfiles("in", drain=True), 50)
+
+
+# -- commitMode=batch: keep-alive and batch writes -------------------------------------------------
+
+
+@pytest.mark.usefixtures("small_batches")
+def test_batch_mode_keeps_handed_over_transactions_alive_past_the_ttl(
+        spark: Any, srv: ServerProcess, tmp_path: Path) -> None:
+    d = tmp_path / "in"
+    d.mkdir()
+    write_files(d, "a.json", 0, 150)
+    # row 100 sleeps 1.5 TTL in the JVM: the transactions its task finished before must survive
+    df = stream_df(spark, d, pad=4000).selectExpr(
+        "CASE WHEN cast(attributes['n'] as int) = 100 THEN concat(content, coalesce(reflect("
+        f"'java.lang.Thread', 'sleep', {int(TTL * 1500)}L), '')) ELSE content END as content", "attributes")
+    run_stream(df, srv, tmp_path / "chk", batchCount="20", commitMode="batch")
+    assert_exactly_once(flat(drain(srv)), 150)
+    assert not [t for t in srv.admin.transactions() if t["state"] == "EXPIRED"]
+
+
+def test_batch_write_in_batch_commit_mode(spark: Any, srv: ServerProcess) -> None:
+    batch_write(rows_df(spark, 200), srv.url, commitMode="batch", batchCount="30", routing="roundRobin")
+    ffs = flat(drain(srv))
+    assert_exactly_once(ffs, 200)
+    assert {t["state"] for t in srv.admin.transactions() if t["direction"] == "send"} == {"COMMITTED"}
