@@ -541,7 +541,10 @@ class SendTransaction(_Transaction):
     def _put_content(self, content: bytes) -> None:
         """Content of one packet: checksummed (and compressed) by the core encoder in one call,
         then handed to the socket in 1 MiB slices of the same buffer."""
-        out = self._encoder.content(content)
+        self._put_sliced(self._encoder.content(content))
+
+    def _put_sliced(self, out: bytes | bytearray | memoryview) -> None:
+        """Queue encoded bytes: small ones coalesced, large ones as slices of the same buffer."""
         if len(out) < _DIRECT:
             self._put(out)
             return
@@ -642,14 +645,7 @@ class SendTransaction(_Transaction):
                 self._settle()
             last = len(parts) - 1
             for i, part in enumerate(parts):
-                out = self._encoder.encoded(part, flow_files if i == last else 0)
-                if len(out) < _DIRECT:
-                    self._put(out)
-                    continue
-                view = memoryview(out)
-                self._flush()
-                assert self._upload is not None
-                self._upload.put([view[i : i + _SLICE] for i in range(0, len(view), _SLICE)])
+                self._put_sliced(self._encoder.encoded(part, flow_files if i == last else 0))
         except S2SError as exc:
             raise self._fail(exc) from None
         if machine.state is not ClientState.DATA_EXCHANGED:

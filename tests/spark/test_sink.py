@@ -62,6 +62,17 @@ def write_files(d: Path, name: str, start: int, n: int, keys: int = 7) -> None:
     os.replace(tmp, d / name)
 
 
+def input_dir(tmp_path: Path, *sizes: int) -> Path:
+    """A directory of JSON-lines files a.json, b.json, ... with ``sizes`` rows (ids run on)."""
+    d = tmp_path / "in"
+    d.mkdir()
+    start = 0
+    for i, n in enumerate(sizes):
+        write_files(d, f"{chr(ord('a') + i)}.json", start, n)
+        start += n
+    return d
+
+
 def stream_df(spark: Any, d: Path, pad: int = 0) -> Any:
     """Rows ``row-<id>`` (followed by ``|`` and ``pad`` bytes when ``pad``) with attributes k and n."""
     content = f"concat('row-', id, '|', repeat('x', {pad}))" if pad else "concat('row-', id)"
@@ -106,9 +117,7 @@ def test_bad_column_sets_fail_at_query_start(spark: Any, srv: ServerProcess, tmp
         with pytest.raises(Exception) as info:
             bad.write.format("nifi-s2s").options(**base).mode("append").save()
         assert expected in str(info.value) and "to_json(struct(*))" in str(info.value)
-    d = tmp_path / "in"
-    d.mkdir()
-    write_files(d, "a.json", 0, 3)
+    d = input_dir(tmp_path, 3)
     # a streaming writer is built for each micro-batch: the first one fails before sending a row
     with pytest.raises(Exception) as info:
         q = (spark.readStream.schema("id long").json(str(d)).writeStream.format("nifi-s2s")
@@ -151,11 +160,8 @@ def test_batch_write_null_rule_and_dedup_attributes(spark: Any, srv: ServerProce
 
 @pytest.mark.parametrize("routing", ["weighted", "roundRobin", "attribute"])
 def test_stream_every_row_once_per_routing(spark: Any, srv: ServerProcess, tmp_path: Path, routing: str) -> None:
-    d = tmp_path / "in"
-    d.mkdir()
     n = 600
-    write_files(d, "a.json", 0, 300)
-    write_files(d, "b.json", 300, 300)
+    d = input_dir(tmp_path, 300, 300)
     options = {"routing": routing, "batchCount": "50"}
     if routing == "attribute":
         options["routingAttribute"] = "k"
@@ -208,9 +214,7 @@ def small_batches(spark: Any) -> Iterator[None]:
 
 @pytest.mark.usefixtures("small_batches")
 def test_task_mode_retry_duplicates_carry_dedup_attributes(spark: Any, srv: ServerProcess, tmp_path: Path) -> None:
-    d = tmp_path / "in"
-    d.mkdir()
-    write_files(d, "a.json", 0, 400)
+    d = input_dir(tmp_path, 400)
     chk = tmp_path / "chk"
     q = start(failing_at(stream_df(spark, d, pad=4000), 390), srv, chk, batchCount="20")
     try:
@@ -237,10 +241,7 @@ def test_task_mode_retry_duplicates_carry_dedup_attributes(spark: Any, srv: Serv
 @pytest.mark.usefixtures("small_batches")
 def test_batch_mode_failed_batch_commits_nothing_and_rerun_commits_once(
         spark: Any, srv: ServerProcess, tmp_path: Path) -> None:
-    d = tmp_path / "in"
-    d.mkdir()
-    write_files(d, "a.json", 0, 300)
-    write_files(d, "b.json", 300, 300)
+    d = input_dir(tmp_path, 300, 300)
     chk = tmp_path / "chk"
     q = start(failing_at(stream_df(spark, d, pad=4000), 550), srv, chk, batchCount="20", commitMode="batch")
     try:
@@ -314,9 +315,7 @@ def test_peer_dying_mid_upload_commits_nothing_half_and_the_retry_sends_once(spa
 
 
 def test_node_removed_between_micro_batches(spark: Any, tmp_path: Path) -> None:
-    d = tmp_path / "in"
-    d.mkdir()
-    write_files(d, "a.json", 0, 300)
+    d = input_dir(tmp_path, 300)
     with ServerProcess("--input-port", "in", nodes=NODES) as srv:
         q = start(stream_df(spark, d), srv, tmp_path / "chk", routing="roundRobin", batchCount="20")
         try:
@@ -347,9 +346,7 @@ def test_tls_with_client_certificate(spark: Any) -> None:
 @pytest.mark.usefixtures("small_batches")
 def test_batch_mode_keeps_handed_over_transactions_alive_past_the_ttl(
         spark: Any, srv: ServerProcess, tmp_path: Path) -> None:
-    d = tmp_path / "in"
-    d.mkdir()
-    write_files(d, "a.json", 0, 150)
+    d = input_dir(tmp_path, 150)
     # row 100 sleeps 1.5 TTL in the JVM: the transactions its task finished before must survive
     df = stream_df(spark, d, pad=4000).selectExpr(
         "CASE WHEN cast(attributes['n'] as int) = 100 THEN concat(content, coalesce(reflect("
