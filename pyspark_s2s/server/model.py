@@ -220,13 +220,14 @@ class FlowFile:
 
 
 class WireFlowFile(tuple):
-    """A FlowFile kept in wire form: ``(buffer, start, end, size, uuid_at)``.
+    """A FlowFile kept in wire form: ``(buffer, start, end, size, uuid_at, run)``.
 
     ``buffer[start:end]`` is the whole packet the server sends when it serves the FlowFile (its
     own attributes already added, see :func:`wire_flowfiles`); ``size`` is the content length;
     ``buffer[uuid_at:uuid_at + 36]`` is its ``uuid`` attribute, whose 32 hex digits are its
-    ``id``. Attributes and content are decoded from the packet only when asked (admin API,
-    ``--data-dir``, a compressed download). A tuple, so that a whole run of them is built by
+    ``id``; ``run`` names the buffer (every FlowFile of one upload run shares it; ``--data-dir``
+    keeps the buffer as one file of that name). Attributes and content are decoded from the
+    packet only when asked (admin API, a compressed download). A tuple, so that a whole run of them is built by
     ``map`` without a Python call per FlowFile.
     """
 
@@ -346,6 +347,7 @@ def wire_flowfiles(run: PacketRun, host: str, address: str) -> list[WireFlowFile
         map(add, e, range(width, (n + 1) * width, width)),
         map(sub, map(sub, e, a), repeat(8)),
         map(add, a, range(len(_ADDED_KEY_FIELDS[0]) + 4, n * width + 12, width)),
+        repeat("run-" + new_id()),
     )))
 
 

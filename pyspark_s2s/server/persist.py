@@ -5,12 +5,16 @@ acknowledged (a commit's 200, an admin enqueue/drain) is on disk first. Layout::
 
     <data-dir>/node-<k>/content/<flowfile-id>   content of a queued FlowFile (written, fsynced,
                                                then referenced)
+    <data-dir>/node-<k>/content/run-<id>        the packets of small FlowFiles kept in wire form
+                                               (model.WireFlowFile): one file per upload run,
+                                               deleted with the last of its FlowFiles
     <data-dir>/node-<k>/journal.log            one JSON record per line, each with a sequence
                                                number; fsynced before the change is answered
     <data-dir>/node-<k>/snapshot.json          every queue at sequence number N (written as
                                                ``.partial``, fsynced, renamed)
 
-Records: ``{"seq", "op": "add", "port", "items": [[id, attributes, size], ...]}``,
+Records: ``{"seq", "op": "add", "port", "items": [[id, attributes, size], ...]}`` (a wire-form
+FlowFile: ``[id, null, size, run, start, end, uuid_at]``, its packet ``run[start:end]``),
 ``{"seq", "op": "remove", "port", "ids": [...]}``, ``{"seq", "op": "clear"}``. Replay = snapshot,
 then the journal records with a larger sequence number; a torn last line (crash mid-write) is
 ignored. FlowFiles a download has taken but not committed are still queued on disk: after a
@@ -25,10 +29,11 @@ import json
 import logging
 import os
 import shutil
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from pyspark_s2s.server.model import Content, FlowFile
+from pyspark_s2s.server.model import Content, FlowFile, WireFlowFile
 
 __all__ = ["NodeStore"]
 
@@ -59,6 +64,7 @@ class NodeStore:
         self.seq = 0
         self._since_snapshot = 0
         self._queues: dict[str, list[list[Any]]] = {}  # port -> [[id, attrs, size], ...]
+        self._runs: Counter[str] = Counter()  # run file -> FlowFiles queued from it
         self._journal: Any = None
 
     # -- loading -------------------------------------------------------------------------------
@@ -85,18 +91,26 @@ class NodeStore:
                     continue
                 self._apply(record)
                 self.seq = int(record["seq"])
-        referenced = {item[0] for items in self._queues.values() for item in items}
+        self._runs = Counter(i[3] for items in self._queues.values() for i in items if len(i) > 3)
+        referenced = {item[0] if len(item) == 3 else item[3] for items in self._queues.values() for item in items}
         for path in self.content_dir.iterdir():
             if path.name not in referenced:
                 path.unlink()  # written for a commit that never made it into the journal
         # start from a fresh snapshot: the journal then only holds this run's records
         self._write_snapshot()
-        out: dict[str, list[FlowFile]] = {}
+        out: dict[str, list[Any]] = {}
+        runs: dict[str, bytes] = {}
         for port, items in self._queues.items():
-            out[port] = [self._flowfile(fid, attrs, size) for fid, attrs, size in items]
+            out[port] = [self._flowfile(item, runs) for item in items]
         return out
 
-    def _flowfile(self, fid: str, attrs: dict[str, str], size: int) -> FlowFile:
+    def _flowfile(self, item: list[Any], runs: dict[str, bytes]) -> FlowFile | WireFlowFile:
+        if len(item) > 3:
+            _fid, _, size, run, start, end, uuid_at = item
+            if run not in runs:
+                runs[run] = (self.content_dir / run).read_bytes()
+            return WireFlowFile((runs[run], start, end, size, uuid_at, run))
+        fid, attrs, size = item
         path = self.content_dir / fid
         # an open read-only handle: Content reads it with pread
         fh = open(path, "rb")  # noqa: SIM115 - owned by the Content, closed by release()
@@ -105,49 +119,74 @@ class NodeStore:
     def _apply(self, record: dict[str, Any]) -> None:
         op = record["op"]
         if op == "add":
-            self._queues.setdefault(record["port"], []).extend(list(i) for i in record["items"])
+            items = record["items"]  # fresh lists (built by add, or parsed from JSON)
+            self._queues.setdefault(record["port"], []).extend(items)
+            self._runs.update(i[3] for i in items if len(i) > 3)
         elif op == "remove":
             gone = set(record["ids"])
-            self._queues[record["port"]] = [
-                i for i in self._queues.get(record["port"], []) if i[0] not in gone
-            ]
+            keep = []
+            for i in self._queues.get(record["port"], []):
+                if i[0] not in gone:
+                    keep.append(i)
+                elif len(i) > 3:
+                    self._runs[i[3]] -= 1
+            self._queues[record["port"]] = keep
         elif op == "clear":
             self._queues = {}
+            self._runs.clear()
         else:
             raise ValueError(f"unknown journal operation {op!r}")
 
     # -- changes -------------------------------------------------------------------------------
-    def write_contents(self, flowfiles: list[FlowFile]) -> None:
-        """Make the contents durable (before the record that references them)."""
+    def write_contents(self, flowfiles: list[Any]) -> None:
+        """Make the contents durable (before the record that references them): one file per
+        FlowFile, or per upload run for FlowFiles kept in wire form."""
+        files: dict[str, Any] = {}
         for ff in flowfiles:
-            path = self.content_dir / ff.id
+            if type(ff) is WireFlowFile:
+                if ff[5] not in files:
+                    files[ff[5]] = (ff[0],)
+            else:
+                files[ff.id] = ff
+        written = False
+        for name, source in files.items():
+            path = self.content_dir / name
             if path.exists():
                 continue
-            tmp = path.with_name(ff.id + ".partial")
+            tmp = path.with_name(name + ".partial")
             with open(tmp, "wb") as out:
-                out.writelines(ff.content.chunks())
+                out.writelines(source if isinstance(source, tuple) else source.content.chunks())
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(tmp, path)
-        if flowfiles:
+            written = True
+        if written:
             _fsync_dir(self.content_dir)
 
-    def add(self, port: str, flowfiles: list[FlowFile]) -> None:
+    def add(self, port: str, flowfiles: list[Any]) -> None:
         if not flowfiles:
             return
         self.write_contents(flowfiles)
-        items = [[ff.id, dict(ff.attributes), ff.size] for ff in flowfiles]
+        items = [
+            [ff.id, None, ff[3], ff[5], ff[1], ff[2], ff[4]] if type(ff) is WireFlowFile
+            else [ff.id, dict(ff.attributes), ff.size]
+            for ff in flowfiles
+        ]
         self._record({"op": "add", "port": port, "items": items})
 
-    def remove(self, port: str, flowfiles: list[FlowFile]) -> None:
+    def remove(self, port: str, flowfiles: list[Any]) -> None:
         if not flowfiles:
             return
         self._record({"op": "remove", "port": port, "ids": [ff.id for ff in flowfiles]})
-        for ff in flowfiles:
+        names = {ff[5] if type(ff) is WireFlowFile else ff.id for ff in flowfiles}
+        for name in names:
+            if self._runs.get(name, 0) > 0:
+                continue  # a run file still holds queued FlowFiles
+            self._runs.pop(name, None)
             try:
-                (self.content_dir / ff.id).unlink()
+                (self.content_dir / name).unlink()
             except FileNotFoundError:
-                logger.debug("content of %s was already gone", ff.id)
+                logger.debug("content of %s was already gone", name)
 
     def clear(self) -> None:
         self._record({"op": "clear"})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from pathlib import Path
 
 from s2shelp import S2S
 
@@ -94,3 +95,27 @@ def test_wire_form_flowfiles_are_listed_and_drained_by_the_admin_api(srv, s2s: S
     listed = srv.admin.flowfiles("out")
     assert [f["attributes"]["n"] for f in listed] == [str(i) for i in range(5)]
     assert all(UUID4.match(f["attributes"]["uuid"]) for f in listed)
+
+
+def test_data_dir_keeps_one_file_per_upload_run_until_its_last_flowfile_is_gone(tmp_path: Path) -> None:
+    from serverproc import ServerThread
+
+    args = ("--input-port", "in", "--output-port", "out", "--route", "in=out", "--data-dir", str(tmp_path))
+    content = tmp_path / "node-0" / "content"
+    packets = [({"i": str(i)}, b"c%d" % i) for i in range(10)]
+    with ServerThread(*args) as srv:
+        client = S2S(srv.api())
+        client.send(srv.port_id("in"), packets)
+        files = list(content.iterdir())
+        assert len(files) == 1 and files[0].name.startswith("run-")
+        hs = {"x-nifi-site-to-site-batch-count": "4"}
+        assert [p.content for p in client.receive(srv.port_id("out"), hs)] == [c for _, c in packets[:4]]
+        ids = [f["attributes"]["uuid"] for f in srv.admin.flowfiles("out")]
+        client.close()
+    with ServerThread(*args) as again:  # restart: the 6 left come back from the run file
+        client = S2S(again.api())
+        got = client.receive(again.port_id("out"))
+        assert [(p.attributes["i"], p.content) for p in got] == [(a["i"], c) for a, c in packets[4:]]
+        assert [p.attributes["uuid"] for p in got] == ids
+        assert list(content.iterdir()) == []
+        client.close()
