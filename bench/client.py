@@ -35,6 +35,7 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,17 +56,25 @@ OUT_PORT = "bench-out"
 
 TARGETS = {
     "large send": 0.7,
-    "large receive": 0.5,
+    "large receive": 0.7,
+}
+#: issue 9: FlowFiles/s targets
+TARGETS_PER_S = {
+    "small send": 150_000.0,
+    "small receive -> Arrow": 250_000.0,
 }
 ARROW_TARGET = 500_000.0
+GROUPS = ("small", "concurrent", "durable", "large", "arrow", "plain")
+DEFAULT_GROUPS = ("small", "concurrent", "durable", "large", "arrow")
 
 
 # -- subprocesses ------------------------------------------------------------------------------
 
 
-def start_s2s_server() -> ServerSubprocess:
+def start_s2s_server(extra: list[str] | None = None) -> ServerSubprocess:
     return ServerSubprocess(
-        ["--ttl", "120", "--input-port", IN_PORT, "--output-port", OUT_PORT, "--route", f"{IN_PORT}={OUT_PORT}"],
+        ["--ttl", "120", "--input-port", IN_PORT, "--output-port", OUT_PORT, "--route", f"{IN_PORT}={OUT_PORT}",
+         *(extra or [])],
         cwd=str(REPO),
     )  # started by ``with``
 
@@ -171,6 +180,8 @@ class Row:
     target: float | None = None
     note: str = ""
     plain_bytes: int | None = None  #: bytes the plain transfer moved (defaults to wire_bytes)
+    server_us: float | None = None  #: the server's CPU time per FlowFile (user + system), µs
+    rate_target: float | None = None  #: FlowFiles/s target (checked before the ratio target)
 
     @property
     def ff_per_s(self) -> float:
@@ -200,12 +211,16 @@ def best(fn: Callable[[], float], repeat: int) -> float:
 
 
 def format_table(rows: list[Row]) -> str:
-    head = ("measurement", "FlowFiles", "MiB", "FlowFiles/s", "MiB/s", "plain MiB/s", "ratio", "target", "")
+    head = ("measurement", "FlowFiles", "MiB", "FlowFiles/s", "MiB/s", "plain MiB/s", "ratio", "server µs/FF",
+            "target", "")
     lines = [head]
     for r in rows:
         ratio = r.ratio
         pm = r.plain_mib_per_s
-        if r.target is not None and ratio is not None:
+        if r.rate_target is not None:
+            target = f">= {r.rate_target / 1000:g}k/s"
+            verdict = "ok" if r.ff_per_s >= r.rate_target else "MISSED"
+        elif r.target is not None and ratio is not None:
             target = f">= {r.target:g}"
             verdict = "ok" if ratio >= r.target else "MISSED"
         elif r.target is not None:
@@ -221,6 +236,7 @@ def format_table(rows: list[Row]) -> str:
             f"{r.mib_per_s:.1f}",
             "" if pm is None else f"{pm:.1f}",
             "" if ratio is None else f"{ratio:.2f}",
+            "" if r.server_us is None else f"{r.server_us:.1f}",
             target,
             (verdict + (" " + r.note if r.note else "")).strip(),
         ))
@@ -245,6 +261,54 @@ def machine() -> str:
     except OSError:
         pass
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (Linux ``/proc``; 0.0 elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mib(pid: int | None = None) -> float:
+    """Peak resident set size in MiB: of ``pid`` (``VmHWM``), or of this process."""
+    if pid is None:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+class CpuMeter:
+    """CPU time a process spends inside ``with meter:`` blocks, summed per label."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.spent: dict[str, list[float]] = {}
+
+    @contextlib.contextmanager
+    def measure(self, label: str) -> Any:
+        before = cpu_seconds(self.pid)
+        try:
+            yield
+        finally:
+            self.spent.setdefault(label, []).append(cpu_seconds(self.pid) - before)
+
+    def us_per(self, label: str, flowfiles: int) -> float | None:
+        runs = self.spent.get(label)
+        if not runs or not flowfiles:
+            return None
+        return statistics.median(runs) / flowfiles * 1e6
 
 
 # -- Site-to-Site measurements ------------------------------------------------------------------
@@ -384,7 +448,7 @@ def arrow_decode(n: int, repeat: int) -> tuple[Row, Row]:
 
 
 def bench_transfer(name: str, s2s: S2S, plain: Plain, n: int, attrs: dict[str, str], content: bytes,
-                   repeat: int) -> list[Row]:
+                   repeat: int, meter: CpuMeter) -> list[Row]:
     """Site-to-Site send and receive of ``n`` FlowFiles and plain transfers of the same bytes on
     the same server, interleaved run by run (so a change in machine load hits both), median of
     ``repeat``."""
@@ -400,8 +464,10 @@ def bench_transfer(name: str, s2s: S2S, plain: Plain, n: int, attrs: dict[str, s
         # for the fresh memory the server keeps what it receives in
         up.append(plain.upload(up_pieces))
         plain.clear()
-        send_secs.append(s2s.send(n, attrs, content))
-        secs, recv_wire = s2s.receive(n)
+        with meter.measure(f"{name} send"):
+            send_secs.append(s2s.send(n, attrs, content))
+        with meter.measure(f"{name} receive"):
+            secs, recv_wire = s2s.receive(n)
         recv_secs.append(secs)
         plain.upload(wire_pieces(n, attrs, content, size=recv_wire))  # untimed: what to download
         down.append(plain.download())
@@ -413,9 +479,87 @@ def bench_transfer(name: str, s2s: S2S, plain: Plain, n: int, attrs: dict[str, s
     down_bytes = down[0][1]
     return [
         Row(f"{name} send", n, send_bytes, statistics.median(send_secs), statistics.median(up),
-            TARGETS.get(f"{name} send")),
+            TARGETS.get(f"{name} send"), server_us=meter.us_per(f"{name} send", n),
+            rate_target=TARGETS_PER_S.get(f"{name} send")),
         Row(f"{name} receive", n, recv_wire, statistics.median(recv_secs), down_secs,
-            TARGETS.get(f"{name} receive"), plain_bytes=down_bytes),
+            TARGETS.get(f"{name} receive"), plain_bytes=down_bytes, server_us=meter.us_per(f"{name} receive", n)),
+    ]
+
+
+def bench_arrow_end_to_end(s2s: S2S, n: int, repeat: int, meter: CpuMeter, name: str = "small") -> Row:
+    """Fill the output port with ``n`` small FlowFiles, drain it with ``receive_record_batch``;
+    median of ``repeat``."""
+    secs: list[float] = []
+    for _ in range(max(1, repeat)):
+        s2s.send(n, SMALL_ATTRS, SMALL_CONTENT)
+        with meter.measure(f"{name} receive -> Arrow"):
+            took, _ = s2s.receive_arrow(n)
+        secs.append(took)
+    return Row(f"{name} receive -> Arrow (end to end)", n, packet_bytes(n, SMALL_ATTRS, SMALL_CONTENT),
+               statistics.median(secs), rate_target=TARGETS_PER_S.get(f"{name} receive -> Arrow"),
+               server_us=meter.us_per(f"{name} receive -> Arrow", n),
+               note="MiB/s without the server's added attributes")
+
+
+# -- concurrent client streams -------------------------------------------------------------------
+
+
+def _stream_worker(url: str, n: int, what: str, start_at: float) -> tuple[float, float, int]:
+    """One client stream in its own process: send ``n`` small FlowFiles in one transaction, or
+    receive into Arrow until the output port is empty. (wall start, wall end, FlowFiles)."""
+    s2s = S2S(url)
+    try:
+        time.sleep(max(0.0, start_at - time.time()))
+        t0 = time.time()
+        if what == "send":
+            s2s.send(n, SMALL_ATTRS, SMALL_CONTENT)
+            got = n
+        else:
+            got = 0
+            for _ in range(10_000):
+                tx = s2s.recv_client.create_transaction("receive")
+                rows = 0
+                while (batch := tx.receive_record_batch()) is not None:
+                    rows += batch.num_rows
+                tx.confirm()
+                tx.complete()
+                got += rows
+                if not rows:
+                    break
+        return t0, time.time(), got
+    finally:
+        s2s.close()
+
+
+def bench_concurrent(url: str, n: int, streams: int, repeat: int, meter: CpuMeter) -> list[Row]:
+    """``streams`` client processes at once: each sends ``n / streams`` small FlowFiles, then all
+    drain the output port into Arrow together. Aggregate FlowFiles/s (first start to last end),
+    median of ``repeat``."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")  # no inherited client threads or sockets
+    per = n // streams
+    send_secs: list[float] = []
+    recv_secs: list[float] = []
+    with ctx.Pool(streams) as pool:
+        pool.map(time.sleep, [0.0] * streams)  # workers up and importing before the clock runs
+        for _ in range(max(1, repeat)):
+            for what, out in (("send", send_secs), ("receive", recv_secs)):
+                start_at = time.time() + 0.5
+                with meter.measure(f"{streams}x {what}"):
+                    results = pool.starmap(_stream_worker, [(url, per, what, start_at)] * streams)
+                total = sum(r[2] for r in results)
+                if total != per * streams:
+                    raise RuntimeError(f"{streams} streams: {what} moved {total} of {per * streams}")
+                out.append(max(r[1] for r in results) - min(r[0] for r in results))
+    total = per * streams
+    return [
+        Row(f"small send, {streams} streams", total, packet_bytes(total, SMALL_ATTRS, SMALL_CONTENT),
+            statistics.median(send_secs), server_us=meter.us_per(f"{streams}x send", total)),
+        Row(f"small receive -> Arrow, {streams} streams", total,
+            packet_bytes(total, SMALL_ATTRS, SMALL_CONTENT), statistics.median(recv_secs),
+            server_us=meter.us_per(f"{streams}x receive", total),
+            note="MiB/s without the server's added attributes"),
     ]
 
 
@@ -430,12 +574,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arrow", type=int, default=500_000, help="FlowFiles in the in-memory Arrow decode (default 500000)")
     ap.add_argument("--repeat", type=int, default=5,
                     help="runs per measurement: transfers report the median, in-memory decodes the best (default 5)")
-    ap.add_argument("--only", choices=("small", "large", "arrow", "plain"), action="append",
-                    help="run only these groups (repeatable)")
+    ap.add_argument("--streams", type=int, default=4, help="client processes in the concurrent group (default 4)")
+    ap.add_argument("--durable-small", type=int, default=20_000,
+                    help="small FlowFiles per run in the --data-dir group (default 20000)")
+    ap.add_argument("--only", choices=GROUPS, action="append", help="run only these groups (repeatable)")
     args = ap.parse_args(argv)
-    groups = set(args.only or ("small", "large", "arrow"))
+    groups = set(args.only or DEFAULT_GROUPS)
     print(f"bench.client: {_dt.datetime.now(_dt.UTC):%Y-%m-%d %H:%M} UTC; {machine()}", flush=True)
     rows: list[Row] = []
+    peaks: list[str] = []
+
+    def server_peak(name: str, server: ServerSubprocess) -> None:
+        peaks.append(f"server ({name}) {peak_rss_mib(server.pid):.0f} MiB")
+
     with contextlib.ExitStack() as stack:
         if "plain" in groups:
             with start_s2s_server() as server:
@@ -451,30 +602,52 @@ def main(argv: list[str] | None = None) -> int:
                 s2s = S2S(server.url)
                 plain = Plain(server.url)
                 stack.callback(plain.close)
+                meter = CpuMeter(server.pid)
                 try:
                     rows += bench_transfer("small", s2s, plain, args.small, SMALL_ATTRS, SMALL_CONTENT,
-                                           args.repeat)
-                    s2s.send(args.small, SMALL_ATTRS, SMALL_CONTENT)
-                    secs, got = s2s.receive_arrow(args.small)
-                    rows.append(Row("small receive -> Arrow (end to end)", got,
-                                    packet_bytes(got, SMALL_ATTRS, SMALL_CONTENT), secs,
-                                    note="MiB/s without the server's added attributes"))
+                                           args.repeat, meter)
+                    rows.append(bench_arrow_end_to_end(s2s, args.small, args.repeat, meter))
                 finally:
                     s2s.close()
+                server_peak("small", server)
+        if "concurrent" in groups:
+            with start_s2s_server() as server:
+                rows += bench_concurrent(server.url, args.small, args.streams, args.repeat, CpuMeter(server.pid))
+                server_peak(f"{args.streams} streams", server)
+        if "durable" in groups:
+            with tempfile.TemporaryDirectory(prefix="s2s-bench-") as data_dir:
+                for label, extra in (("memory", []), ("--data-dir", ["--data-dir", data_dir])):
+                    with start_s2s_server(extra) as server:
+                        s2s = S2S(server.url)
+                        plain = Plain(server.url)
+                        stack.callback(plain.close)
+                        meter = CpuMeter(server.pid)
+                        try:
+                            for row in bench_transfer("small", s2s, plain, args.durable_small, SMALL_ATTRS,
+                                                      SMALL_CONTENT, args.repeat, meter):
+                                row.name += f" ({label})"
+                                row.plain_secs = None
+                                rows.append(row)
+                        finally:
+                            s2s.close()
+                        server_peak(f"small, {label}", server)
         if "large" in groups:
             with start_s2s_server() as server:
                 s2s = S2S(server.url)
                 plain = Plain(server.url)
                 stack.callback(plain.close)
+                meter = CpuMeter(server.pid)
                 try:
                     big = (bytes(range(256)) * 4096) * args.large_mib
                     rows += bench_transfer("large", s2s, plain, args.large, {"filename": "large.bin"}, big,
-                                           args.repeat)
+                                           args.repeat, meter)
                 finally:
                     s2s.close()
+                server_peak("large", server)
         if "arrow" in groups:
             rows += arrow_decode(args.arrow, args.repeat)
     print(format_table(rows))
+    print("peak RSS: " + "; ".join([*peaks, f"client (this process) {peak_rss_mib():.0f} MiB"]))
     return 0
 
 
