@@ -20,24 +20,67 @@ import json
 import os
 import re
 import resource
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from pyspark_s2s.errors import ConfigError
 from pyspark_s2s.protocol.transaction import ServerState
-from pyspark_s2s.server.faults import Fault
+from pyspark_s2s.server.faults import Fault, FaultRegistry
+from pyspark_s2s.server.httpio import UPLOAD_READ_SIZE, ChunkedWriter, RequestBody
 from pyspark_s2s.server.model import (
     RUNNING,
     STOPPED,
+    Cluster,
     Content,
     ContentWriter,
     FlowFile,
     Node,
 )
 
-if TYPE_CHECKING:
-    from pyspark_s2s.server.http import S2SHandler
+__all__ = ["AdminApp", "AdminRequest", "handle", "process_memory"]
 
-__all__ = ["handle", "process_memory"]
+
+class AdminApp(Protocol):
+    """What the admin API needs of the running server (:class:`~pyspark_s2s.server.app.ServerApp`)."""
+
+    cluster: Cluster
+    faults: FaultRegistry
+    bench_pieces: list[bytes]
+
+    @property
+    def secure(self) -> bool: ...
+
+    def stop_node(self, index: int) -> Node: ...
+
+    def start_node(self, index: int) -> Node: ...
+
+    def add_node(self, port: int | None = None) -> Node: ...
+
+    def remove_node(self, index: int) -> Node: ...
+
+
+class AdminRequest(Protocol):
+    """What the admin API needs of the request it answers (:class:`~pyspark_s2s.server.http.S2SHandler`)."""
+
+    body: RequestBody
+    wfile: Any
+    connection: Any
+    close_connection: bool
+    after_response: Callable[[], object] | None
+
+    @property
+    def app(self) -> AdminApp: ...
+
+    @property
+    def node(self) -> Node: ...
+
+    def _start(self, status: int, content_type: str | None, headers: dict[str, str] | None) -> None: ...
+
+    def end_headers(self) -> None: ...
+
+    def send_json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None: ...
+
+    def send_text(self, status: int, text: str, headers: dict[str, str] | None = None) -> None: ...
 
 MAX_ADMIN_BODY = 64 << 20
 
@@ -67,7 +110,7 @@ def process_memory() -> dict[str, int]:
     return {"pid": os.getpid(), "rssBytes": rss, "peakRssBytes": peak}
 
 
-def _read_json(h: S2SHandler) -> dict[str, Any]:
+def _read_json(h: AdminRequest) -> dict[str, Any]:
     chunks = []
     size = 0
     while True:
@@ -99,7 +142,7 @@ def _int_or_none(value: Any, what: str) -> int | None:
         raise AdminError(400, f"{what} must be an integer") from None
 
 
-def _nodes_for(h: S2SHandler, node: int | None) -> list[Node]:
+def _nodes_for(h: AdminRequest, node: int | None) -> list[Node]:
     cluster = h.app.cluster
     if node is None:
         return [n for n in cluster.nodes if not n.removed]
@@ -109,13 +152,13 @@ def _nodes_for(h: S2SHandler, node: int | None) -> list[Node]:
     return [found]
 
 
-def _one_node(h: S2SHandler, node: int | None) -> Node:
+def _one_node(h: AdminRequest, node: int | None) -> Node:
     if node is None:
         return h.node
     return _nodes_for(h, node)[0]
 
 
-def _status(h: S2SHandler) -> dict[str, Any]:
+def _status(h: AdminRequest) -> dict[str, Any]:
     cluster = h.app.cluster
     with cluster.lock:
         nodes = [
@@ -204,7 +247,7 @@ _NODE_ROUTE = re.compile(r"^/s2s-admin/nodes/(?P<index>\d+)(?:/(?P<action>stop|s
 _TX_ROUTE = re.compile(r"^/s2s-admin/transactions/(?P<id>[^/]+)/expire$")
 
 
-def handle(h: S2SHandler, method: str, path: str, query: dict[str, list[str]]) -> None:
+def handle(h: AdminRequest, method: str, path: str, query: dict[str, list[str]]) -> None:
     if path.rstrip("/") in ("/s2s-admin/bench/upload", "/s2s-admin/bench/download"):
         _bench(h, method, path.rstrip("/"))
         return
@@ -217,23 +260,22 @@ def handle(h: S2SHandler, method: str, path: str, query: dict[str, list[str]]) -
     h.send_json(status, body)
 
 
-def _bench(h: S2SHandler, method: str, path: str) -> None:
+def _bench(h: AdminRequest, method: str, path: str) -> None:
     """Plain HTTP transfers on the same server, for ``bench.client``'s baseline.
 
     ``POST /s2s-admin/bench/upload`` reads the body in the same pieces as a FlowFile upload
+    (``UPLOAD_READ_SIZE``)
     and keeps them (replacing what an earlier upload kept); ``GET /s2s-admin/bench/download``
     streams the kept pieces back through the same chunk writer as a FlowFile download. So
     "plain" moves the very bytes Site-to-Site moved, through the same HTTP code, without the
     protocol (codec, CRC, transactions).
     """
-    from pyspark_s2s.server.http import READ_SIZE, ChunkedWriter
-
     app = h.app
     if path.endswith("/upload") and method == "POST":
         pieces: list[bytes] = []
         total = 0
         while True:
-            data = h.body.read(READ_SIZE)
+            data = h.body.read(UPLOAD_READ_SIZE)
             if not data:
                 break
             pieces.append(data)
@@ -258,7 +300,7 @@ def _q(query: dict[str, list[str]], key: str) -> str | None:
 
 
 def _route(
-    h: S2SHandler, method: str, path: str, query: dict[str, list[str]]
+    h: AdminRequest, method: str, path: str, query: dict[str, list[str]]
 ) -> tuple[int, Any]:
     app = h.app
     cluster = app.cluster
@@ -337,7 +379,7 @@ def _route(
 
 
 def _port_action(
-    h: S2SHandler, method: str, name: str, action: str, query: dict[str, list[str]]
+    h: AdminRequest, method: str, name: str, action: str, query: dict[str, list[str]]
 ) -> tuple[int, Any]:
     cluster = h.app.cluster
     if action == "flowfiles" and method == "GET":

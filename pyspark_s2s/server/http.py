@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from pyspark_s2s.errors import (
@@ -59,7 +59,14 @@ from pyspark_s2s.protocol.negotiation import (
 )
 from pyspark_s2s.protocol.stream import PacketStreamDecoder, PacketStreamEncoder
 from pyspark_s2s.protocol.transaction import ServerState
+from pyspark_s2s.server import admin
 from pyspark_s2s.server.faults import Fault
+from pyspark_s2s.server.httpio import (
+    READ_SIZE,
+    UPLOAD_READ_SIZE,
+    ChunkedWriter,
+    RequestBody,
+)
 from pyspark_s2s.server.model import (
     Content,
     ContentWriter,
@@ -71,25 +78,31 @@ from pyspark_s2s.server.model import (
     server_attributes,
     wire_flowfiles,
 )
-from pyspark_s2s.server.tls import peer_dn
+from pyspark_s2s.server.tls import AccessPolicy, peer_dn
 
-if TYPE_CHECKING:
-    from pyspark_s2s.server.app import ServerApp
 
-__all__ = ["NO_CACHE", "ChunkedWriter", "NodeServer", "RequestBody", "S2SHandler"]
+class HandlerApp(admin.AdminApp, Protocol):
+    """What the request handlers need of the running server (:class:`~pyspark_s2s.server.app.ServerApp`
+    provides it; a Protocol, so that this module does not import the one that imports it)."""
+
+    policy: AccessPolicy
+    root_group_id: str
+    instance_id: str
+
+    @property
+    def scheme(self) -> str: ...
+
+    def run_later(self, action: Callable[[], object]) -> None: ...
+
+__all__ = ["NO_CACHE", "ChunkedWriter", "HandlerApp", "NodeServer", "RequestBody", "S2SHandler"]
 
 logger = logging.getLogger(__name__)
 
 NO_CACHE = "private, no-cache, no-store, no-transform"
-READ_SIZE = 64 * 1024
 UPLOAD_INLINE_LIMIT = 64 * 1024
 #: a download takes up to this many FlowFiles / bytes from the queue at once
 DOWNLOAD_BATCH = 4096
 DOWNLOAD_BATCH_BYTES = 1 << 20
-#: upload bodies are read in pieces this large (fewer, larger bulk decodes of small packets)
-UPLOAD_READ_SIZE = 256 * 1024
-WRITE_BUFFER = 64 * 1024
-DRAIN_LIMIT = 1 << 30
 _NOT_FOUND_TX = "Transaction was not found."
 
 
@@ -111,141 +124,6 @@ def _acceptable(accept_headers: list[str], produces: str) -> bool:
         if media in ("*/*", "*", produces, f"{main}/*"):
             return True
     return False
-
-
-# -- body reading / writing -------------------------------------------------------------------
-
-
-class RequestBody:
-    """A request body read in bounded pieces: Content-Length or ``Transfer-Encoding: chunked``."""
-
-    def __init__(self, rfile: Any, headers: Any) -> None:
-        self._rfile = rfile
-        te = (headers.get("Transfer-Encoding") or "").lower()
-        self.chunked = "chunked" in te
-        self._chunk_left = 0
-        self.done = False
-        self.received = 0
-        if self.chunked:
-            self._remaining = -1
-        else:
-            raw = headers.get("Content-Length")
-            try:
-                self._remaining = int(raw) if raw else 0
-            except ValueError:
-                raise ProtocolError(f"invalid Content-Length {raw!r}") from None
-            if self._remaining < 0:
-                raise ProtocolError(f"invalid Content-Length {raw!r}")
-            self.done = self._remaining == 0
-
-    def _line(self) -> bytes:
-        line = self._rfile.readline(1026)
-        if not line:
-            raise ConnectionResetError("connection closed inside a chunked body")
-        if not line.endswith(b"\n"):
-            raise ProtocolError("chunk size line too long")
-        return line
-
-    def read(self, n: int = READ_SIZE) -> bytes:
-        """Up to ``n`` bytes; ``b""`` at the end of the body."""
-        if self.done:
-            return b""
-        if not self.chunked:
-            data = self._rfile.read(min(n, self._remaining)) if self._remaining else b""
-            if not data and self._remaining:
-                raise ConnectionResetError("connection closed before the body ended")
-            self._remaining -= len(data)
-            self.received += len(data)
-            if self._remaining == 0:
-                self.done = True
-            return data
-        if self._chunk_left == 0:
-            line = self._line().split(b";", 1)[0].strip()
-            try:
-                size = int(line, 16)
-            except ValueError:
-                raise ProtocolError(f"invalid chunk size {line[:20]!r}") from None
-            if size < 0:
-                raise ProtocolError("negative chunk size")
-            if size == 0:
-                while self._line() not in (b"\r\n", b"\n"):
-                    pass  # trailer fields are ignored
-                self.done = True
-                return b""
-            self._chunk_left = size
-        data = self._rfile.read(min(n, self._chunk_left))
-        if not data:
-            raise ConnectionResetError("connection closed inside a chunk")
-        self._chunk_left -= len(data)
-        self.received += len(data)
-        if self._chunk_left == 0 and self._line() not in (b"\r\n", b"\n"):
-            raise ProtocolError("chunk not followed by CRLF")
-        return data
-
-    def drain(self, limit: int = DRAIN_LIMIT) -> bool:
-        """Discard the rest of the body; False if more than ``limit`` bytes were left."""
-        seen = 0
-        while not self.done:
-            seen += len(self.read(READ_SIZE))
-            if seen > limit:
-                return False
-        return True
-
-
-class ChunkedWriter:
-    """Writes a chunked response body: small writes are coalesced into ~64 KiB chunks; a large
-    piece becomes a chunk of its own, framed without copying it where the socket allows
-    (``sendmsg`` gathers size line, data and CRLF into one call, so TCP_NODELAY never sends
-    the framing as separate tiny segments)."""
-
-    def __init__(self, wfile: Any, sock: Any = None) -> None:
-        self._wfile = wfile
-        self._buf = bytearray()
-        # plain TCP sockets only: SSL sockets have no sendmsg
-        self._sock = sock if sock is not None and type(sock) is socket.socket else None
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        if not data:
-            return
-        if len(data) >= WRITE_BUFFER:
-            if self._buf:
-                self._write_buffer()
-            head = b"%x\r\n" % len(data)
-            if self._sock is not None:
-                self._sendmsg([head, data, b"\r\n"])
-            else:
-                self._wfile.write(head + data + b"\r\n")
-            return
-        self._buf += data
-        if len(self._buf) >= WRITE_BUFFER:
-            self.flush()
-
-    def _sendmsg(self, parts: list[bytes | bytearray | memoryview]) -> None:
-        assert self._sock is not None
-        views = [memoryview(p) for p in parts]
-        while views:
-            sent = self._sock.sendmsg(views)
-            while views and sent >= len(views[0]):
-                sent -= len(views[0])
-                views.pop(0)
-            if views and sent:
-                views[0] = views[0][sent:]
-
-    def _write_buffer(self) -> None:
-        self._buf[0:0] = b"%x\r\n" % len(self._buf)
-        self._buf += b"\r\n"
-        self._wfile.write(self._buf)
-        self._buf = bytearray()
-
-    def flush(self) -> None:
-        if self._buf:
-            self._write_buffer()
-        self._wfile.flush()
-
-    def close(self) -> None:
-        self.flush()
-        self._wfile.write(b"0\r\n\r\n")
-        self._wfile.flush()
 
 
 def _write_flowfiles(out: ChunkedWriter, encoder: PacketStreamEncoder, flowfiles: list[FlowFile]) -> None:
@@ -294,7 +172,7 @@ class NodeServer(ThreadingHTTPServer):
     def __init__(
         self,
         address: tuple[str, int],
-        app: ServerApp,
+        app: HandlerApp,
         node: Node,
         ssl_context: ssl.SSLContext | None,
     ) -> None:
@@ -385,7 +263,7 @@ class S2SHandler(BaseHTTPRequestHandler):
         self._handle("OPTIONS")
 
     @property
-    def app(self) -> ServerApp:
+    def app(self) -> HandlerApp:
         return self.server.app
 
     @property
@@ -407,8 +285,6 @@ class S2SHandler(BaseHTTPRequestHandler):
         query = parse_qs(split.query, keep_blank_values=True)
         try:
             if path == "/s2s-admin" or path.startswith("/s2s-admin/"):
-                from pyspark_s2s.server import admin
-
                 admin.handle(self, method, path, query)
             elif path.startswith(API_SUFFIX + "/"):
                 self._site_to_site(method, path[len(API_SUFFIX):], query)

@@ -1,0 +1,156 @@
+"""HTTP/1.1 bodies of the reference server: request bodies read in bounded pieces
+(Content-Length or chunked) and chunked response bodies.
+
+Owns: :class:`RequestBody`, :class:`ChunkedWriter` and their piece sizes. Used by the Site-to-Site
+endpoints (:mod:`pyspark_s2s.server.http`) and the admin API (:mod:`pyspark_s2s.server.admin`);
+imports neither (the server's modules depend one way: app -> http -> admin -> httpio, model).
+
+Must not import: ``pyspark_s2s.client``, third-party packages.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from pyspark_s2s.errors import ProtocolError
+
+__all__ = ["DRAIN_LIMIT", "READ_SIZE", "UPLOAD_READ_SIZE", "WRITE_BUFFER", "ChunkedWriter", "RequestBody"]
+
+READ_SIZE = 64 * 1024
+#: upload bodies are read in pieces this large (fewer, larger bulk decodes of small packets)
+UPLOAD_READ_SIZE = 256 * 1024
+WRITE_BUFFER = 64 * 1024
+DRAIN_LIMIT = 1 << 30
+
+
+class RequestBody:
+    """A request body read in bounded pieces: Content-Length or ``Transfer-Encoding: chunked``."""
+
+    def __init__(self, rfile: Any, headers: Any) -> None:
+        self._rfile = rfile
+        te = (headers.get("Transfer-Encoding") or "").lower()
+        self.chunked = "chunked" in te
+        self._chunk_left = 0
+        self.done = False
+        self.received = 0
+        if self.chunked:
+            self._remaining = -1
+        else:
+            raw = headers.get("Content-Length")
+            try:
+                self._remaining = int(raw) if raw else 0
+            except ValueError:
+                raise ProtocolError(f"invalid Content-Length {raw!r}") from None
+            if self._remaining < 0:
+                raise ProtocolError(f"invalid Content-Length {raw!r}")
+            self.done = self._remaining == 0
+
+    def _line(self) -> bytes:
+        line = self._rfile.readline(1026)
+        if not line:
+            raise ConnectionResetError("connection closed inside a chunked body")
+        if not line.endswith(b"\n"):
+            raise ProtocolError("chunk size line too long")
+        return line
+
+    def read(self, n: int = READ_SIZE) -> bytes:
+        """Up to ``n`` bytes; ``b""`` at the end of the body."""
+        if self.done:
+            return b""
+        if not self.chunked:
+            data = self._rfile.read(min(n, self._remaining)) if self._remaining else b""
+            if not data and self._remaining:
+                raise ConnectionResetError("connection closed before the body ended")
+            self._remaining -= len(data)
+            self.received += len(data)
+            if self._remaining == 0:
+                self.done = True
+            return data
+        if self._chunk_left == 0:
+            line = self._line().split(b";", 1)[0].strip()
+            try:
+                size = int(line, 16)
+            except ValueError:
+                raise ProtocolError(f"invalid chunk size {line[:20]!r}") from None
+            if size < 0:
+                raise ProtocolError("negative chunk size")
+            if size == 0:
+                while self._line() not in (b"\r\n", b"\n"):
+                    pass  # trailer fields are ignored
+                self.done = True
+                return b""
+            self._chunk_left = size
+        data = self._rfile.read(min(n, self._chunk_left))
+        if not data:
+            raise ConnectionResetError("connection closed inside a chunk")
+        self._chunk_left -= len(data)
+        self.received += len(data)
+        if self._chunk_left == 0 and self._line() not in (b"\r\n", b"\n"):
+            raise ProtocolError("chunk not followed by CRLF")
+        return data
+
+    def drain(self, limit: int = DRAIN_LIMIT) -> bool:
+        """Discard the rest of the body; False if more than ``limit`` bytes were left."""
+        seen = 0
+        while not self.done:
+            seen += len(self.read(READ_SIZE))
+            if seen > limit:
+                return False
+        return True
+
+
+class ChunkedWriter:
+    """Writes a chunked response body: small writes are coalesced into ~64 KiB chunks; a large
+    piece becomes a chunk of its own, framed without copying it where the socket allows
+    (``sendmsg`` gathers size line, data and CRLF into one call, so TCP_NODELAY never sends
+    the framing as separate tiny segments)."""
+
+    def __init__(self, wfile: Any, sock: Any = None) -> None:
+        self._wfile = wfile
+        self._buf = bytearray()
+        # plain TCP sockets only: SSL sockets have no sendmsg
+        self._sock = sock if sock is not None and type(sock) is socket.socket else None
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not data:
+            return
+        if len(data) >= WRITE_BUFFER:
+            if self._buf:
+                self._write_buffer()
+            head = b"%x\r\n" % len(data)
+            if self._sock is not None:
+                self._sendmsg([head, data, b"\r\n"])
+            else:
+                self._wfile.write(head + data + b"\r\n")
+            return
+        self._buf += data
+        if len(self._buf) >= WRITE_BUFFER:
+            self.flush()
+
+    def _sendmsg(self, parts: list[bytes | bytearray | memoryview]) -> None:
+        assert self._sock is not None
+        views = [memoryview(p) for p in parts]
+        while views:
+            sent = self._sock.sendmsg(views)
+            while views and sent >= len(views[0]):
+                sent -= len(views[0])
+                views.pop(0)
+            if views and sent:
+                views[0] = views[0][sent:]
+
+    def _write_buffer(self) -> None:
+        self._buf[0:0] = b"%x\r\n" % len(self._buf)
+        self._buf += b"\r\n"
+        self._wfile.write(self._buf)
+        self._buf = bytearray()
+
+    def flush(self) -> None:
+        if self._buf:
+            self._write_buffer()
+        self._wfile.flush()
+
+    def close(self) -> None:
+        self.flush()
+        self._wfile.write(b"0\r\n\r\n")
+        self._wfile.flush()
