@@ -289,6 +289,20 @@ def test_full_destination_backs_off_and_other_nodes_take_the_rows(spark: Any, sr
     assert_exactly_once(flat(per_node), 300)
 
 
+def test_commit_answered_destination_full_moves_the_next_transactions(spark: Any, srv: ServerProcess) -> None:
+    srv.admin.set_capacity("in", 30, node=0)  # node 0 fills up after its first transactions
+    try:
+        batch_write(rows_df(spark, 300, partitions=1), srv.url, batchCount="20")
+    finally:
+        srv.admin.set_capacity("in", None, node=0)
+    per_node = drain(srv)
+    assert_exactly_once(flat(per_node), 300)
+    assert len(per_node[0]) < 30 + 20
+    on_node_0 = [t for t in srv.admin.transactions(node=0) if t["direction"] == "send"]
+    # node 0 answered 14 to a commit (FlowFiles kept) and, if asked again, 503 at creation
+    assert 14 in {t["responseCode"] for t in on_node_0}
+
+
 def test_stopped_or_unknown_port_fails_at_once_with_a_clear_error(spark: Any, srv: ServerProcess) -> None:
     import time
 
