@@ -414,8 +414,6 @@ class _PartitionWriter:
         self.ids = ids
         self.batch_mode = opts.commit_mode == "batch"
         cfg = opts.client
-        if cfg.use_compression:
-            raise ConfigError("the nifi-s2s sink does not support useCompression yet", option="useCompression")
         self.client = SiteToSiteClient(cfg)
         self.max_count = int(cfg.batch_count or 0)
         self.max_bytes = int(cfg.batch_size or 0)
@@ -768,6 +766,9 @@ class _NiFiWriter:
     def __init__(self, opts: SparkOptions, schema: StructType, overwrite: bool) -> None:
         self.opts = opts
         self.layout = check_sink_schema(schema)  # on the driver: a bad column set fails at query start
+        if opts.client.use_compression:
+            raise ConfigError("the nifi-s2s sink does not support useCompression yet (the source does)",
+                              option="useCompression")
         self.overwrite = overwrite  # NiFi ports only take new FlowFiles: every row is sent either way
         #: made once on the driver per writer (per micro-batch / per df.write), shared by its tasks
         self.write_token = uuid.uuid4().hex

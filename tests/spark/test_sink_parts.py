@@ -174,3 +174,12 @@ def test_large_content_is_sent_from_sparks_buffer_and_encodes_the_same() -> None
     picked = rows.select(pa.array([True, False, True]))
     assert b"".join(bytes(p) for p in picked.parts(0, 2)) == whole[0].as_py() + whole[2].as_py()
     assert not EncodedRows(pa.array([b"small"]), None, ids, 0).large
+
+
+def test_compression_is_refused_on_the_driver() -> None:
+    from pyspark_s2s.spark.sink import NiFiBatchWriter
+
+    schema = StructType([StructField("content", StringType())])
+    opts = SparkOptions.parse({"url": "http://127.0.0.1:9/nifi", "portName": "in", "useCompression": "true"})
+    with pytest.raises(ConfigError, match="useCompression"):
+        NiFiBatchWriter(opts, schema, False)
