@@ -15,7 +15,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["MISSING", "VIRTUAL_NODES", "HashRing", "route_values"]
+__all__ = ["MISSING", "VIRTUAL_NODES", "HashRing", "route_values", "value_key"]
 
 #: points each node gets on the ring (more points = a more even share of the keys)
 VIRTUAL_NODES = 160

@@ -86,7 +86,6 @@ _EXTEND_EVERY = 10.0
 #: commit-log entries kept per query (Spark keeps 100 batches of metadata by default)
 _LOG_RETAIN = 100
 
-_I32 = pa.int32()
 _BIN = pa.large_binary()
 
 
