@@ -23,6 +23,7 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import accumulate, chain, repeat
 from operator import add, attrgetter, itemgetter, mul, sub
 from typing import Any
@@ -282,6 +283,7 @@ _VARIANT = bytes((b & 0x3F) | 0x80 for b in range(256))
 #: where the 32 hex digits of a UUID go in its 36-character form
 _UUID_DIGITS = [i for i in range(36) if i not in (8, 13, 18, 23)]
 _I32 = struct.Struct(">i").pack
+_I32_INTO = struct.Struct(">i").pack_into
 #: the attribute keys the server adds, as they appear length-prefixed in a packet
 ADDED_KEYS = ("uuid", "s2s.host", "s2s.address")
 _ADDED_KEY_FIELDS = tuple(_I32(len(k)) + k.encode("ascii") for k in ADDED_KEYS)
@@ -331,16 +333,19 @@ def wire_flowfiles(run: PacketRun, host: str, address: str) -> list[WireFlowFile
     e = list(map(take, map(sub, last, repeat(1))))
     a = list(map(take, map(sub, last, repeat(2))))
     s = [0, *e[:-1]]
+    # the new attribute counts, written over the old ones in a copy of the run
+    patched = bytearray(data)
+    list(map(partial(_I32_INTO, patched), s, map(add, counts, repeat(len(ADDED_KEYS)))))
+    data = bytes(patched)
+    del patched
+    # output = data[0:a0] extras0 data[a0:a1] extras1 ... data[a(n-1):]: the extras go in
+    # where each packet's attributes end, before its content length
     shift = range(0, n * width, width)  # output packet i is i extras blocks further on
-    with memoryview(data) as view, memoryview(extras) as ext:
-        cut = view.__getitem__
-        pieces = zip(
-            map(_I32, map(add, counts, repeat(len(ADDED_KEYS)))),  # the new attribute count
-            map(cut, map(slice, map(add, s, repeat(4)), a)),  # the sender's attributes
-            map(ext.__getitem__, map(slice, shift, range(width, (n + 1) * width, width))),
-            map(cut, map(slice, a, e)),  # content length and content
-        )
-        buf = b"".join(chain.from_iterable(pieces))
+    pieces = zip(
+        map(data.__getitem__, map(slice, [0, *a[:-1]], a)),
+        map(extras.__getitem__, map(slice, shift, range(width, (n + 1) * width, width))),
+    )
+    buf = b"".join(chain(chain.from_iterable(pieces), (data[a[-1] :],)))
     return list(map(WireFlowFile, zip(
         repeat(buf),
         map(add, s, shift),
