@@ -23,6 +23,7 @@ a traceback that reaches a Spark user says which peer, port and transaction fail
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 __all__ = [
@@ -41,8 +42,8 @@ __all__ = [
     "TransactionStateError",
     "TransportError",
     "UnauthorizedError",
-    "UsageError",
     "UnknownPortError",
+    "UsageError",
     "error_for_response",
 ]
 
@@ -110,6 +111,15 @@ class S2SError(Exception):
             if value is not None and getattr(self, key, None) is None:
                 setattr(self, key, value)
         return self
+
+    def with_prefix(self, prefix: str) -> S2SError:
+        """A copy of this error (same class, same context) whose message starts with ``prefix``:
+        for callers that add where it happened (a Spark partition, a batch) without losing the
+        type or the peer/port/transaction/status fields."""
+        new = copy.copy(self)
+        new.message = f"{prefix}: {self.message}"
+        new.args = (new.message,)
+        return new
 
     def __str__(self) -> str:
         ctx = self.context()

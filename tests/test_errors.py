@@ -210,3 +210,19 @@ def test_error_for_response(
     assert str(http_status) in str(err)
     copy = pickle.loads(pickle.dumps(err))
     assert type(copy) is cls and copy.retriable is retriable
+
+
+def test_with_prefix_keeps_type_and_context_and_pickles() -> None:
+    import pickle
+
+    from pyspark_s2s.errors import PortNotRunningError
+
+    err = PortNotRunningError("port is stopped", peer="http://h:1/nifi-api", port="out", http_status=503,
+                              response_code=201)
+    wrapped = err.with_prefix("nifi-s2s partition 3 of batch-7")
+    assert type(wrapped) is PortNotRunningError and wrapped is not err
+    assert wrapped.message == "nifi-s2s partition 3 of batch-7: port is stopped"
+    assert err.message == "port is stopped"
+    back = pickle.loads(pickle.dumps(wrapped))
+    assert str(back) == str(wrapped)
+    assert "http_status=503" in str(back) and "port=out" in str(back)

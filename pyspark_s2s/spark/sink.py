@@ -314,16 +314,6 @@ class SinkCommitMessage(WriterCommitMessage):
 # -- the executor side ---------------------------------------------------------------------------
 
 
-def _with_prefix(exc: S2SError, prefix: str) -> S2SError:
-    """The same error (same class, context kept) with ``prefix`` in front of its message."""
-    import copy
-
-    new = copy.copy(exc)
-    new.message = f"{prefix}: {exc.message}"
-    new.args = (new.message,)
-    return new
-
-
 class _HandleKeeper:
     """Keeps the transactions a task handed over (batch mode) alive: while the task runs (a failed
     extension fails the task), then, after it returned, for up to ``batchCommitTimeout`` while the
@@ -482,7 +472,7 @@ class _PartitionWriter:
                     target = None
                     continue
                 if _raises_at_once(exc) or not exc.retriable or time.monotonic() + pause > deadline:
-                    raise _with_prefix(exc, f"{self._where()}: no transaction could be opened"
+                    raise exc.with_prefix(f"{self._where()}: no transaction could be opened"
                                        + (f" on {target}" if target else "")) from None
                 logger.info("%s: %s; trying again in %.1f s", self._where(), exc, pause)
             time.sleep(pause)
@@ -509,7 +499,7 @@ class _PartitionWriter:
                     self.client.penalize(tx.peer)
         except S2SError as exc:
             tx.cancel(f"{type(exc).__name__}: {exc.message}")
-            raise _with_prefix(exc, self._where()) from None
+            raise exc.with_prefix(self._where()) from None
         self.transactions += 1
         self.flow_files += tx.flow_files
         self.bytes += tx.bytes
@@ -540,7 +530,7 @@ class _PartitionWriter:
             try:
                 tx.send_encoded(rows.parts(start, stop), stop - start, sum(lengths[start:stop]))
             except S2SError as exc:
-                raise _with_prefix(exc, self._where()) from None
+                raise exc.with_prefix(self._where()) from None
             start = stop
             if self._full(tx, self._started[route]):
                 self._finish(route)
@@ -550,7 +540,7 @@ class _PartitionWriter:
         if not n:
             return
         if self.keeper is not None and self.keeper.error is not None:
-            raise _with_prefix(self.keeper.error, f"{self._where()}: keeping handed-over transactions alive failed")
+            raise self.keeper.error.with_prefix(f"{self._where()}: keeping handed-over transactions alive failed")
         attributes = batch.column(self.layout.attributes) if self.layout.attributes is not None else None
         rows = EncodedRows(batch.column(self.layout.content), attributes, self.ids, self.sequence)
         routes = self._routes_of(batch)
@@ -574,8 +564,8 @@ class _PartitionWriter:
             extended_at = 0.0
             if self.keeper is not None:
                 if self.keeper.error is not None:
-                    raise _with_prefix(self.keeper.error,
-                                       f"{self._where()}: keeping handed-over transactions alive failed")
+                    raise self.keeper.error.with_prefix(
+                        f"{self._where()}: keeping handed-over transactions alive failed")
                 self.keeper.extend_all()  # a full TTL for the driver from now on
                 handles, extended_at = tuple(self.keeper.handles), self.keeper.extended_at
                 self.keeper.linger(self.opts.batch_commit_timeout)
@@ -719,7 +709,7 @@ def commit_handles(opts: SparkOptions, messages: list[Any], batch_id: int | None
                            f"({opts.batch_commit_timeout:g} s) if the worker lives on, otherwise the TTL is the "
                            "limit: keep micro-batches shorter, or raise the TTL on NiFi)") if gone else \
                         f"extending transaction {h.transaction_id} on {h.peer} (partition {m.partition}) failed"
-                    raise _with_prefix(exc, f"{where}: {why}; all {len(handles)} transactions of the batch "
+                    raise exc.with_prefix(f"{where}: {why}; all {len(handles)} transactions of the batch "
                                             "were canceled, nothing was committed") from None
         committed = 0
         for m in todo:
@@ -729,7 +719,7 @@ def commit_handles(opts: SparkOptions, messages: list[Any], batch_id: int | None
                 except S2SError as exc:
                     rest = [x for mm in todo for x in mm.handles][committed + 1:]
                     _cancel_all(client, rest, where)
-                    raise _with_prefix(exc, f"{where}: committing transaction {h.transaction_id} on {h.peer} "
+                    raise exc.with_prefix(f"{where}: committing transaction {h.transaction_id} on {h.peer} "
                                             f"(partition {m.partition}) failed after {committed} of "
                                             f"{len(handles)} transactions were committed; the "
                                             f"{len(rest)} after it were canceled") from None

@@ -23,7 +23,6 @@ Must not import: the server. Talks to NiFi only through :class:`SiteToSiteClient
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 import uuid
@@ -91,14 +90,6 @@ class NiFiPartition(InputPartition):
 
 
 # -- executor side -------------------------------------------------------------------------------
-
-
-def _with_prefix(exc: S2SError, prefix: str) -> S2SError:
-    """The same error with ``prefix`` in front of its message (context fields kept)."""
-    new = copy.copy(exc)
-    new.message = f"{prefix}: {exc.message}"
-    new.args = (new.message,)
-    return new
 
 
 def _partition_client(opts: SparkOptions, part: NiFiPartition) -> SiteToSiteClient:
@@ -183,7 +174,7 @@ def read_partition(opts: SparkOptions, schema: Any, part: NiFiPartition,
         else:
             yield from _read_direct(opts, schema, part)
     except S2SError as exc:
-        raise _with_prefix(exc, where) from None
+        raise exc.with_prefix(where) from None
 
 
 def _read_direct(opts: SparkOptions, schema: Any, part: NiFiPartition) -> Iterator[Any]:
@@ -272,7 +263,7 @@ def _pull_and_stage(opts: SparkOptions, part: NiFiPartition, staging: StagingAre
                     # the server answered (bad checksum, transaction expired): it rolled back
                     staging.delete_partition(part.scope, part.index, staged.name)
                     raise
-                raise _with_prefix(exc, "the confirm's outcome is unknown; the staged FlowFiles are kept "
+                raise exc.with_prefix("the confirm's outcome is unknown; the staged FlowFiles are kept "
                                         "and the retried task settles the transaction") from None
             manifest["state"] = "confirmed"
             staging.write_manifest(part.scope, part.index, manifest)
@@ -361,7 +352,7 @@ class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             counts = [peer.flow_file_count for peer, _ in st.client.peer_statuses(Direction.RECEIVE, refresh=True)]
         except S2SError as exc:
-            raise _with_prefix(exc, "nifi-s2s: Trigger.AvailableNow could not list the NiFi peers") from None
+            raise exc.with_prefix("nifi-s2s: Trigger.AvailableNow could not list the NiFi peers") from None
         total = sum(counts)
         st.backlog = total if total > 0 else None
         logger.info("Trigger.AvailableNow: %s FlowFiles queued on the peers at start",
@@ -425,7 +416,7 @@ class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                        for p, w in st.client.peer_statuses(Direction.RECEIVE)]
         except S2SError as exc:
             if not st.planned:
-                raise _with_prefix(exc, f"nifi-s2s: cannot plan a batch for port {self._opts.client.port}") from None
+                raise exc.with_prefix(f"nifi-s2s: cannot plan a batch for port {self._opts.client.port}") from None
             self._warn(f"cannot refresh the NiFi peers ({exc}); trying again")
             return start
         plan = make_plan(weights, min_partitions=self._opts.min_partitions,
@@ -493,7 +484,7 @@ class NiFiBatchReader(DataSourceReader):
                 client.port_identifier(Direction.RECEIVE)
                 weights = [(f"{p.hostname}:{p.port}", w) for p, w in client.peer_statuses(Direction.RECEIVE)]
             except S2SError as exc:
-                raise _with_prefix(exc, f"nifi-s2s: cannot plan a read of port {self._opts.client.port}") from None
+                raise exc.with_prefix(f"nifi-s2s: cannot plan a read of port {self._opts.client.port}") from None
         plan = make_plan(weights, min_partitions=self._opts.min_partitions,
                          max_flow_files=self._opts.max_flow_files_per_trigger,
                          max_bytes=self._opts.max_bytes_per_trigger)
