@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as _dt
+import io
 import os
 import platform
 import statistics
@@ -64,7 +65,7 @@ TARGETS_PER_S = {
     "small receive -> Arrow": 250_000.0,
 }
 ARROW_TARGET = 500_000.0
-GROUPS = ("small", "concurrent", "durable", "large", "arrow", "plain")
+GROUPS = ("small", "concurrent", "durable", "large", "arrow", "plain", "huge")
 DEFAULT_GROUPS = ("small", "concurrent", "durable", "large", "arrow")
 
 
@@ -287,6 +288,76 @@ def peak_rss_mib(pid: int | None = None) -> float:
     except OSError:
         pass
     return float("nan")
+
+
+def reset_peak_rss(pid: int | None = None) -> None:
+    """Start a new peak-RSS measurement for ``pid`` (Linux: ``clear_refs`` 5 resets VmHWM)."""
+    with contextlib.suppress(OSError), open(f"/proc/{pid or 'self'}/clear_refs", "w", encoding="ascii") as fh:
+        fh.write("5")
+
+
+def current_rss_mib(pid: int | None = None) -> float:
+    try:
+        with open(f"/proc/{pid or 'self'}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+class _Pattern(io.RawIOBase):
+    """``size`` bytes of a repeating pattern, read like a file and never held whole."""
+
+    def __init__(self, size: int) -> None:
+        self._left = size
+        self._block = bytes(range(256)) * 256  # 64 KiB
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = min(len(b), len(self._block), self._left)
+        b[:n] = self._block[:n]
+        self._left -= n
+        return n
+
+
+def bench_huge(server: ServerSubprocess, mib: int) -> tuple[list[Row], str]:
+    """One FlowFile of ``mib`` MiB sent from a file-like object and received as a stream through
+    one server; how much memory each process holds beyond what it held before (peak RSS above
+    the RSS at the start), next to the content size."""
+    s2s = S2S(server.url)
+    try:
+        size = mib * MIB
+        s2s.send(1, {"warm": "up"}, b"x")  # connections and imports before the baseline
+        s2s.receive(1)
+        base = {"server": current_rss_mib(server.pid), "client": current_rss_mib()}
+        reset_peak_rss(server.pid)
+        reset_peak_rss()
+        t0 = time.perf_counter()
+        tx = s2s.send_client.create_transaction("send")
+        tx.send(_Pattern(size), {"filename": "huge.bin"}, length=size)
+        tx.confirm()
+        tx.complete()
+        send_secs = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        tx = s2s.recv_client.create_transaction("receive")
+        got = 0
+        while (packet := tx.receive(stream=True)) is not None:
+            for chunk in packet.chunks():
+                got += len(chunk)
+        tx.confirm()
+        tx.complete()
+        recv_secs = time.perf_counter() - t0
+        if got != size:
+            raise RuntimeError(f"huge FlowFile: received {got} of {size} bytes")
+        extra = {"server": peak_rss_mib(server.pid) - base["server"], "client": peak_rss_mib() - base["client"]}
+    finally:
+        s2s.close()
+    rows = [Row(f"huge send ({mib} MiB)", 1, size, send_secs), Row(f"huge receive ({mib} MiB)", 1, size, recv_secs)]
+    return rows, f"{mib} MiB FlowFile: peak RSS above start: server +{extra['server']:.0f} MiB, client +{extra['client']:.0f} MiB"
 
 
 class CpuMeter:
@@ -577,6 +648,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--streams", type=int, default=4, help="client processes in the concurrent group (default 4)")
     ap.add_argument("--durable-small", type=int, default=20_000,
                     help="small FlowFiles per run in the --data-dir group (default 20000)")
+    ap.add_argument("--huge-mib", type=int, default=1024, help="size of the FlowFile in the huge group (default 1024)")
     ap.add_argument("--only", choices=GROUPS, action="append", help="run only these groups (repeatable)")
     args = ap.parse_args(argv)
     groups = set(args.only or DEFAULT_GROUPS)
@@ -644,6 +716,15 @@ def main(argv: list[str] | None = None) -> int:
                 finally:
                     s2s.close()
                 server_peak("large", server)
+        if "huge" in groups:
+            with tempfile.TemporaryDirectory(prefix="s2s-bench-") as data_dir:
+                for label, extra in (("memory", []), ("--data-dir", ["--data-dir", data_dir])):
+                    with start_s2s_server(extra) as server:
+                        huge_rows, note = bench_huge(server, args.huge_mib)
+                        for row in huge_rows:
+                            row.name += f", {label}"
+                        rows += huge_rows
+                        peaks.append(f"{note} ({label})")
         if "arrow" in groups:
             rows += arrow_decode(args.arrow, args.repeat)
     print(format_table(rows))
