@@ -2,7 +2,8 @@
 
 Run: ``.venv/bin/python -m bench.codec [--small N] [--large-mib M]``. Prints FlowFiles/s and
 MiB/s for small FlowFiles (100 B content, 3 attributes) and MiB/s for one large FlowFile,
-plain and compressed, plus the fast scanner that the Arrow receive path uses. Numbers are
+plain and compressed, plus the bulk scanner (``scan_ends``) that the client's Arrow receive
+path and the reference server's upload use. Numbers are
 for this machine and this moment; compare runs taken back to back.
 """
 
@@ -12,7 +13,7 @@ import argparse
 import time
 from collections.abc import Callable
 
-from pyspark_s2s.protocol.codec import PacketDecoder, encode_packet_header, scan_packets
+from pyspark_s2s.protocol.codec import PacketDecoder, encode_packet_header, scan_ends
 from pyspark_s2s.protocol.stream import PacketStreamDecoder, PacketStreamEncoder
 
 SMALL_ATTRS = {"filename": "file-000001.txt", "path": "./", "mime.type": "text/plain"}
@@ -64,9 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append((f"small decode ({tag})", n / secs, len(wire) / secs / 2**20))
 
     plain = b"".join(PacketStreamEncoder().packet(SMALL_ATTRS, SMALL_CONTENT) for _ in range(n))
-    secs, count = _best(lambda: scan_packets(plain, max_packets=None).count)
+    secs, count = _best(lambda: len(scan_ends(plain, n)[2]))
     assert count == n
-    rows.append(("small scan (Arrow path)", n / secs, len(plain) / secs / 2**20))
+    rows.append(("small scan (scan_ends: Arrow path, server upload)", n / secs, len(plain) / secs / 2**20))
 
     big = bytes(range(256)) * (4096 * args.large_mib)  # 1 MiB * large_mib
     for compress in (False, True):
@@ -97,9 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     secs, _ = _best(decode_large, repeat=2)
     rows.append(("large decode (plain)", 1 / secs, len(big) / secs / 2**20))
 
-    print(f"{'benchmark':28} {'FlowFiles/s':>14} {'MiB/s':>10}")
+    width = max(len(r[0]) for r in rows)
+    print(f"{'benchmark':{width}} {'FlowFiles/s':>14} {'MiB/s':>10}")
     for name, ffs, mibs in rows:
-        print(f"{name:28} {ffs:14,.0f} {mibs:10,.1f}")
+        print(f"{name:{width}} {ffs:14,.0f} {mibs:10,.1f}")
     return 0
 
 

@@ -1,8 +1,11 @@
 """The FlowFile packet codec (NiFi's ``StandardFlowFileCodec``, version 1) and the running CRC32.
 
 Owns: the byte layout of one data packet (docs/protocol.md §3), the transaction checksum
-(§4), an incremental decoder with bounded buffers, and a scanner that indexes many
-packets in one buffer without building per-packet objects (the Arrow fast path).
+(§4), and its two readers: the incremental per-packet decoder (bounded buffers, exact errors)
+and the bulk scanner :func:`scan_ends`, which indexes many packets in one buffer without
+building per-packet objects (the client's Arrow receive, the reference server's upload via
+:meth:`PacketDecoder.next_run`, and :func:`scan_packets`). Property and fuzz tests keep the two
+readers in agreement.
 
 Packet layout, all integers big-endian and signed::
 
@@ -20,6 +23,7 @@ from array import array
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Final
 
 from pyspark_s2s.errors import ProtocolError
@@ -590,52 +594,22 @@ def scan_packets(
     content exceeds ``max_content`` (the caller decodes that one with :class:`PacketDecoder`).
     Raises :class:`ProtocolError` for malformed lengths. The CRC is not computed here: the
     caller runs ``Checksum.update`` over ``buf[start:start + consumed]`` in one call.
+
+    The layout is read by :func:`scan_ends`; this derives the start and end of every field.
     """
-    end = len(buf)
-    p = start
-    unpack_i32 = _I32.unpack_from
-    unpack_i64 = _I64.unpack_from
-    attr_offsets = [0]
+    data = buf if isinstance(buf, (bytes, bytearray)) else bytes(buf)
+    limit = max_packets if max_packets is not None else len(data)
+    p, ends, counts = scan_ends(data, limit, max_attributes, start, max_content=max_content)
+    attr_offsets = [0, *accumulate(counts)]
     bounds: list[int] = []
     content: list[int] = []
-    add_bounds = bounds.extend
-    add_content = content.extend
-    add_offset = attr_offsets.append
-    n_attrs = 0
-    left = max_packets if max_packets is not None else -1
-    # Hot loop: one pass, bounds checked by struct.error at the end of the buffer.
-    while left != 0 and p + 4 <= end:
-        (count,) = unpack_i32(buf, p)
-        q = p + 4
-        if count < 0 or count > max_attributes:
-            raise ProtocolError(f"attribute count {count} is outside 0..{max_attributes}")
-        mark = len(bounds)
-        try:
-            for _ in range(count):
-                (kl,) = unpack_i32(buf, q)
-                if kl < 0:
-                    raise ProtocolError(f"negative attribute length {kl}")
-                ks = q + 4
-                q = ks + kl
-                (vl,) = unpack_i32(buf, q)
-                if vl < 0:
-                    raise ProtocolError(f"negative attribute length {vl}")
-                vs = q + 4
-                add_bounds((ks, q, vs, vs + vl))
-                q = vs + vl
-            (cl,) = unpack_i64(buf, q)
-        except struct.error:
-            del bounds[mark:]
-            break
-        if cl < 0:
-            raise ProtocolError(f"negative content length {cl}")
-        q += 8
-        if cl > max_content or q + cl > end:
-            del bounds[mark:]
-            break
-        p = q + cl
-        add_content((q, p))
-        n_attrs += count
-        add_offset(n_attrs)
-        left -= 1
+    j = 0
+    for cnt in counts:
+        prev = ends[j]  # after the attribute count
+        for k in range(j + 1, j + 1 + 2 * cnt, 2):
+            bounds += (prev + 4, ends[k], ends[k] + 4, ends[k + 1])
+            prev = ends[k + 1]
+        j += 2 * cnt + 1
+        content += (ends[j - 1] + 8, ends[j])
+        j += 1
     return PacketScan(p - start, attr_offsets, bounds, content)
