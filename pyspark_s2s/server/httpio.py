@@ -116,12 +116,18 @@ class ChunkedWriter:
         if not data:
             return
         if len(data) >= WRITE_BUFFER:
-            if self._buf:
-                self._write_buffer()
             head = b"%x\r\n" % len(data)
             if self._sock is not None:
-                self._sendmsg([head, data, b"\r\n"])
+                parts: list[bytes | bytearray | memoryview] = [head, data, b"\r\n"]
+                if self._buf:
+                    # what is buffered (e.g. a packet header) leaves in the same system call,
+                    # not as a tiny segment of its own
+                    parts[:0] = [b"%x\r\n" % len(self._buf), self._buf, b"\r\n"]
+                    self._buf = bytearray()
+                self._sendmsg(parts)
             else:
+                if self._buf:
+                    self._write_buffer()
                 self._wfile.write(head + data + b"\r\n")
             return
         self._buf += data
