@@ -66,7 +66,7 @@ TARGETS_PER_S = {
 }
 ARROW_TARGET = 500_000.0
 GROUPS = ("small", "concurrent", "durable", "large", "arrow", "plain", "huge")
-DEFAULT_GROUPS = ("small", "concurrent", "durable", "large", "arrow")
+DEFAULT_GROUPS = ("small", "concurrent", "durable", "large", "huge", "arrow")
 
 
 # -- subprocesses ------------------------------------------------------------------------------
