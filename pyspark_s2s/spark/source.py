@@ -69,6 +69,12 @@ logger = logging.getLogger(__name__)
 #: rows / bytes per record batch taken from the client's Arrow receive path
 _BATCH_ROWS = 65536
 _BATCH_BYTES = 64 << 20
+#: FlowFiles a round (one NiFi transaction of a partition) asks for when nothing smaller is set:
+#: a partition reads in rounds so that Spark takes in one round's rows while the next is pulled
+ROUND_FLOWFILES = 65536
+#: a partition starts no new round after this long (NiFi's own default batch duration), unless
+#: the client's batchDuration is longer
+ROUND_WINDOW = 5.0
 #: per-partition FlowFile cap of Trigger.AvailableNow when nothing else bounds a pull and the
 #: backlog is unknown (NiFi standalone reports no queue counts): it makes "the port ran dry"
 #: visible as a pull that came up short of its cap
@@ -92,19 +98,20 @@ class NiFiPartition(InputPartition):
 # -- executor side -------------------------------------------------------------------------------
 
 
-def _partition_client(opts: SparkOptions, part: NiFiPartition) -> SiteToSiteClient:
+def _partition_client(opts: SparkOptions, rows: int = 0, size: int = 0) -> SiteToSiteClient:
     changes: dict[str, Any] = {}
-    if part.max_flow_files:
-        changes["batch_count"] = part.max_flow_files
-    if part.max_bytes:
-        changes["batch_size"] = part.max_bytes
+    if rows:
+        changes["batch_count"] = rows
+    if size:
+        changes["batch_size"] = size
     return SiteToSiteClient(opts.client.replace(**changes) if changes else opts.client)
 
 
-def _open(client: SiteToSiteClient, part: NiFiPartition) -> Any:
-    """A receive transaction on the planned peer, or on another one if that one is unreachable."""
+def _open(client: SiteToSiteClient, part: NiFiPartition, peer: str | None = None) -> Any:
+    """A receive transaction on ``peer`` (the planned one by default), or on another peer if that
+    one is unreachable."""
     try:
-        return client.create_transaction(Direction.RECEIVE, peer=part.peer)
+        return client.create_transaction(Direction.RECEIVE, peer=peer or part.peer)
     except S2SError as exc:
         if _raises_at_once(exc):
             raise
@@ -113,9 +120,22 @@ def _open(client: SiteToSiteClient, part: NiFiPartition) -> Any:
         return client.create_transaction(Direction.RECEIVE)
 
 
-def _limits(client: SiteToSiteClient) -> tuple[int, int]:
-    cfg = client.config
-    return int(cfg.batch_count or 0), int(cfg.batch_size or 0)
+def _round_limits(opts: SparkOptions, part: NiFiPartition, got_rows: int, got_bytes: int) -> tuple[int, int] | None:
+    """(FlowFiles, bytes) asked of NiFi for the next round (0 bytes = no size limit), or None when
+    the partition's per-trigger share is used up."""
+    left_rows = part.max_flow_files - got_rows if part.max_flow_files else None
+    left_bytes = part.max_bytes - got_bytes if part.max_bytes else None
+    if (left_rows is not None and left_rows <= 0) or (left_bytes is not None and left_bytes <= 0):
+        return None
+    rows = min(x for x in (left_rows, opts.client.batch_count or None, ROUND_FLOWFILES) if x is not None)
+    sizes = [x for x in (left_bytes, opts.client.batch_size or None) if x is not None]
+    return rows, min(sizes) if sizes else 0
+
+
+def _full(m: dict[str, Any]) -> bool:
+    """Did the round stop at a limit it asked for (so its node may hold more)?"""
+    lr, lb = int(m.get("limitFlowFiles", 0)), int(m.get("limitBytes", 0))
+    return bool(m["rows"]) and ((lr > 0 and m["rows"] >= lr) or (lb > 0 and m["bytes"] >= lb))
 
 
 def _replay(staging: StagingArea, manifest: dict[str, Any], schema: Any) -> Iterator[Any]:
@@ -127,10 +147,10 @@ def _replay(staging: StagingArea, manifest: dict[str, Any], schema: Any) -> Iter
 
 
 def _resolve_pending(opts: SparkOptions, staging: StagingArea, m: dict[str, Any]) -> dict[str, Any] | None:
-    """Finish the two-phase commit of a staged partition whose confirm outcome is unknown.
+    """Finish the two-phase commit of a staged round whose confirm outcome is unknown.
 
     Returns the confirmed manifest, or None when the server rolled the transaction back (the
-    staged data is then deleted and the partition is pulled again).
+    staged data is then deleted and the round is pulled again).
     """
     from pyspark_s2s.client import TransactionHandle
 
@@ -155,12 +175,12 @@ def _resolve_pending(opts: SparkOptions, staging: StagingArea, m: dict[str, Any]
                 m["scope"], m["partition"], handle.transaction_id, handle.peer, elapsed, m["ttl"])
             m["resolution"] = "ambiguous: kept"
     except ChecksumMismatch:
-        staging.delete_partition(m["scope"], m["partition"], m["data"])
+        staging.delete_round(m["scope"], m["partition"], m.get("round", 0), m["data"])
         return None
     finally:
         client.close()
     m["state"] = "confirmed"
-    staging.write_manifest(m["scope"], m["partition"], m)
+    staging.write_manifest(m["scope"], m["partition"], m, m.get("round", 0))
     return m
 
 
@@ -180,7 +200,7 @@ def read_partition(opts: SparkOptions, schema: Any, part: NiFiPartition,
 def _read_direct(opts: SparkOptions, schema: Any, part: NiFiPartition) -> Iterator[Any]:
     """Batch read without staging: rows are yielded as they arrive, and the transaction is
     confirmed after the last one (canceled if the task stops early or fails)."""
-    client = _partition_client(opts, part)
+    client = _partition_client(opts, part.max_flow_files, part.max_bytes)
     try:
         with _open(client, part) as tx:
             received_at = int(time.time() * 1e6)
@@ -197,30 +217,67 @@ def _read_direct(opts: SparkOptions, schema: Any, part: NiFiPartition) -> Iterat
 
 
 def _read_staged(opts: SparkOptions, schema: Any, part: NiFiPartition, staging: StagingArea) -> Iterator[Any]:
-    m = staging.manifest(part.scope, part.index)
-    if m is not None and m["state"] == "pending":
-        m = _resolve_pending(opts, staging, m)
-    if m is not None:
-        logger.info("partition %s/%d: replaying %d staged FlowFiles", part.scope, part.index, m["rows"])
+    """Replay the partition's staged rounds; unless it is marked done, pull more rounds."""
+    got_rows = got_bytes = 0
+    peer = part.peer
+    staged = staging.rounds(part.scope, part.index)
+    last: dict[str, Any] | None = None
+    for k, m in enumerate(staged):
+        if m["state"] == "pending":
+            resolved = _resolve_pending(opts, staging, m)
+            if resolved is None:  # rolled back: pull this round again (no later round exists)
+                break
+            m = resolved
+        logger.info("partition %s/%d round %d: replaying %d staged FlowFiles", part.scope, part.index, k, m["rows"])
+        got_rows, got_bytes, peer, last = got_rows + m["rows"], got_bytes + m["bytes"], m["peer"], m
+        yield from _replay(staging, m, schema)
     else:
-        m = _pull_and_stage(opts, part, staging)
-    yield from _replay(staging, m, schema)
+        if staging.done(part.scope, part.index) is not None or (last is not None and not _full(last)):
+            return
+    k = 0 if last is None else int(last.get("round", 0)) + 1
+    window = max(ROUND_WINDOW, float(opts.client.batch_duration or 0))
+    started = time.monotonic()
+    clients: dict[tuple[int, int], SiteToSiteClient] = {}
+    try:
+        while True:
+            limits = _round_limits(opts, part, got_rows, got_bytes)
+            if limits is None:
+                staging.mark_done(part.scope, part.index, k)
+                return
+            client = clients.get(limits)
+            if client is None:
+                client = clients[limits] = _partition_client(opts, *limits)
+            m = _pull_and_stage(client, opts, part, staging, k, peer)
+            got_rows, got_bytes, peer = got_rows + m["rows"], got_bytes + m["bytes"], m["peer"]
+            k += 1
+            final = not _full(m) or time.monotonic() - started >= window
+            if final:
+                # the rounds are final before the last one is handed to Spark: a replay of this
+                # partition (a retried task, a restarted query) yields exactly these rows
+                staging.mark_done(part.scope, part.index, k)
+            yield from _replay(staging, m, schema)
+            if final:
+                return
+    finally:
+        for c in clients.values():
+            c.close()
 
 
-def _pull_and_stage(opts: SparkOptions, part: NiFiPartition, staging: StagingArea) -> dict[str, Any]:
-    """Receive one transaction into the staging area and confirm it; returns its manifest."""
+def _pull_and_stage(client: SiteToSiteClient, opts: SparkOptions, part: NiFiPartition, staging: StagingArea,
+                    round_: int, peer: str) -> dict[str, Any]:
+    """Receive one round (one NiFi transaction) into the staging area and confirm it; returns its
+    manifest."""
     from pyspark_s2s.client.arrow import ARROW_SCHEMA
 
-    client = _partition_client(opts, part)
     staged = None
     try:
-        tx = _open(client, part)
-        limit_rows, limit_bytes = _limits(client)
+        tx = _open(client, part, peer)
         manifest: dict[str, Any] = {
-            "version": _MANIFEST_VERSION, "scope": part.scope, "partition": part.index,
+            "version": _MANIFEST_VERSION, "scope": part.scope, "partition": part.index, "round": round_,
             "plannedPeer": part.peer, "peer": f"{tx.peer.hostname}:{tx.peer.port}", "peerUrl": tx.peer_url,
             "portId": tx.port_id, "transactionUrl": tx.transaction_url, "transactionId": tx.transaction_id,
-            "ttl": tx.ttl_seconds, "limitFlowFiles": limit_rows, "limitBytes": limit_bytes,
+            "ttl": tx.ttl_seconds, "limitFlowFiles": int(client.config.batch_count or 0),
+            "limitBytes": int(client.config.batch_size or 0),
             "rows": 0, "bytes": 0, "data": None, "checksum": 0,
         }
         with tx:
@@ -229,7 +286,7 @@ def _pull_and_stage(opts: SparkOptions, part: NiFiPartition, staging: StagingAre
                 if batch is None:
                     break
                 if staged is None:
-                    staged = staging.open_data(part.scope, part.index, ARROW_SCHEMA)
+                    staged = staging.open_data(part.scope, part.index, ARROW_SCHEMA, round_)
                 staged.write(batch)
             manifest["receivedAtMicros"] = int(time.time() * 1e6)
             manifest["rows"], manifest["bytes"] = tx.flow_files, tx.bytes
@@ -237,16 +294,16 @@ def _pull_and_stage(opts: SparkOptions, part: NiFiPartition, staging: StagingAre
                 tx.confirm()
                 tx.complete()
                 manifest["state"] = "confirmed"
-                staging.write_manifest(part.scope, part.index, manifest)
+                staging.write_manifest(part.scope, part.index, manifest, round_)
                 return manifest
             staged.commit()
             manifest["data"] = staged.name
             manifest["checksum"] = tx.checksum
-            other = staging.manifest(part.scope, part.index)
+            other = staging.manifest(part.scope, part.index, round_)
             if other is not None:
-                # another attempt of this partition (a zombie task) staged first: give our
-                # FlowFiles back to NiFi and use theirs
-                tx.cancel("another attempt of this partition already staged its data")
+                # another attempt of this partition (a zombie task) staged this round first: give
+                # our FlowFiles back to NiFi and use theirs
+                tx.cancel("another attempt of this partition already staged this round")
                 staging.fs.delete_file(staging.path(part.scope, staged.name))
                 resolved = _resolve_pending(opts, staging, other) if other["state"] == "pending" else other
                 if resolved is None:
@@ -255,26 +312,24 @@ def _pull_and_stage(opts: SparkOptions, part: NiFiPartition, staging: StagingAre
                 return resolved
             manifest["state"] = "pending"
             manifest["stagedAt"] = time.time()
-            staging.write_manifest(part.scope, part.index, manifest)
+            staging.write_manifest(part.scope, part.index, manifest, round_)
             try:
                 tx.confirm()
             except S2SError as exc:
                 if exc.http_status is not None:
                     # the server answered (bad checksum, transaction expired): it rolled back
-                    staging.delete_partition(part.scope, part.index, staged.name)
+                    staging.delete_round(part.scope, part.index, round_, staged.name)
                     raise
                 raise exc.with_prefix("the confirm's outcome is unknown; the staged FlowFiles are kept "
-                                        "and the retried task settles the transaction") from None
+                                      "and the retried task settles the transaction") from None
             manifest["state"] = "confirmed"
-            staging.write_manifest(part.scope, part.index, manifest)
+            staging.write_manifest(part.scope, part.index, manifest, round_)
             tx.complete()
             return manifest
     except BaseException:
         if staged is not None:
             staged.discard()
         raise
-    finally:
-        client.close()
 
 
 # -- driver side ---------------------------------------------------------------------------------
@@ -290,16 +345,18 @@ class _BatchSummary:
 
 def _summarize(manifests: list[dict[str, Any]]) -> _BatchSummary:
     rows = sum(int(m.get("rows", 0)) for m in manifests)
-    all_short = True
+    last: dict[int, dict[str, Any]] = {}
     fallbacks = []
     for m in manifests:
-        r, b = int(m.get("rows", 0)), int(m.get("bytes", 0))
-        lr, lb = int(m.get("limitFlowFiles", 0)), int(m.get("limitBytes", 0))
-        short = r == 0 or ((lr or lb) and (not lr or r < lr) and (not lb or b < lb))
-        all_short = all_short and bool(short)
+        p = int(m.get("partition", 0))
+        if p not in last or int(m.get("round", 0)) > int(last[p].get("round", 0)):
+            last[p] = m
         if m.get("plannedPeer") and m.get("peer") and m["plannedPeer"] != m["peer"]:
             fallbacks.append((m["plannedPeer"], m["peer"]))
-    return _BatchSummary(rows, len(manifests), all_short, fallbacks)
+    # a partition's node ran dry when its last round came back short of a limit it asked for
+    all_short = all(not _full(m) and (m["rows"] == 0 or m.get("limitFlowFiles") or m.get("limitBytes"))
+                    for m in last.values())
+    return _BatchSummary(rows, len(last), all_short, sorted(set(fallbacks)))
 
 
 class _Driver:

@@ -2,14 +2,15 @@
 
 Owns: the layout under ``stagingLocation`` and its atomic writes::
 
-    <stagingLocation>/<scope>/part-00003.json              manifest (the commit marker)
-    <stagingLocation>/<scope>/part-00003-<attempt>.arrow   the partition's FlowFiles (Arrow IPC file)
+    <stagingLocation>/<scope>/part-00003-r0000.json              round 0's manifest (its commit marker)
+    <stagingLocation>/<scope>/part-00003-r0000-<attempt>.arrow   round 0's FlowFiles (Arrow IPC file)
+    <stagingLocation>/<scope>/part-00003.done                    the partition's rounds are final
 
 ``scope`` is ``batch-<N>`` for micro-batch N of a streaming query and ``read-<uuid>`` for one
-batch read. Every file is written under a temporary name and renamed into place (on a local
+batch read. A partition reads in rounds (one NiFi transaction each). Every file is written under a temporary name and renamed into place (on a local
 filesystem after ``fsync`` of the file, and of the directory after the rename), so a reader sees
-a whole file or none. The manifest says what the partition received and whether its NiFi
-transaction is ``pending`` (staged, confirm not known to have succeeded) or ``confirmed``.
+a whole file or none. A round's manifest says what it received and whether its NiFi transaction
+is ``pending`` (staged, confirm not known to have succeeded) or ``confirmed``.
 
 Works on any filesystem ``pyarrow.fs`` understands (local paths, ``file://``, ``hdfs://``,
 ``s3://``, ``gs://``). Must not import: pyspark, the server.
@@ -131,29 +132,53 @@ class StagingArea:
 
     # -- manifests ---------------------------------------------------------------------------
     @staticmethod
-    def manifest_name(partition: int) -> str:
-        return f"part-{partition:05d}.json"
+    def manifest_name(partition: int, round_: int = 0) -> str:
+        return f"part-{partition:05d}-r{round_:04d}.json"
 
-    def manifest(self, scope: str, partition: int) -> dict[str, Any] | None:
-        """The partition's manifest, or None when it was never staged."""
+    @staticmethod
+    def done_name(partition: int) -> str:
+        return f"part-{partition:05d}.done"
+
+    def _read_json(self, scope: str, name: str) -> dict[str, Any] | None:
         try:
-            with self.fs.open_input_stream(self.path(scope, self.manifest_name(partition))) as fh:
+            with self.fs.open_input_stream(self.path(scope, name)) as fh:
                 data = fh.read()
         except FileNotFoundError:
             return None
         return dict(json.loads(data))
 
-    def write_manifest(self, scope: str, partition: int, manifest: dict[str, Any]) -> None:
-        """Write (or replace) the manifest atomically."""
+    def _write_json(self, scope: str, name: str, value: dict[str, Any]) -> None:
         fs = self.fs
         fs.create_dir(self.path(scope), recursive=True)
-        final = self.path(scope, self.manifest_name(partition))
-        tmp = self.path(scope, f".{self.manifest_name(partition)}.{uuid.uuid4().hex}.tmp")
+        final = self.path(scope, name)
+        tmp = self.path(scope, f".{name}.{uuid.uuid4().hex}.tmp")
         with fs.open_output_stream(tmp) as out:
-            out.write(json.dumps(manifest, sort_keys=True).encode("utf-8"))
+            out.write(json.dumps(value, sort_keys=True).encode("utf-8"))
         self._sync(tmp)
         fs.move(tmp, final)
         self._sync_dir(final)
+
+    def manifest(self, scope: str, partition: int, round_: int = 0) -> dict[str, Any] | None:
+        """The manifest of one round of a partition, or None when it was never staged."""
+        return self._read_json(scope, self.manifest_name(partition, round_))
+
+    def write_manifest(self, scope: str, partition: int, manifest: dict[str, Any], round_: int = 0) -> None:
+        """Write (or replace) a round's manifest atomically."""
+        self._write_json(scope, self.manifest_name(partition, round_), manifest)
+
+    def rounds(self, scope: str, partition: int) -> list[dict[str, Any]]:
+        """The staged rounds of a partition, in order (a gap ends the list)."""
+        out: list[dict[str, Any]] = []
+        while (m := self.manifest(scope, partition, len(out))) is not None:
+            out.append(m)
+        return out
+
+    def done(self, scope: str, partition: int) -> dict[str, Any] | None:
+        """The partition's completion marker: its rounds are final (a replay pulls nothing more)."""
+        return self._read_json(scope, self.done_name(partition))
+
+    def mark_done(self, scope: str, partition: int, rounds: int) -> None:
+        self._write_json(scope, self.done_name(partition), {"rounds": rounds})
 
     def manifests(self, scope: str) -> list[dict[str, Any]] | None:
         """Every manifest of ``scope`` (None when the scope does not exist)."""
@@ -166,14 +191,14 @@ class StagingArea:
         out = []
         for info in infos:
             base = info.base_name
-            if base.startswith("part-") and base.endswith(".json"):
+            if base.startswith("part-") and base.endswith(".json"):  # round manifests
                 with self.fs.open_input_stream(info.path) as fh:
                     out.append(dict(json.loads(fh.read())))
         return out
 
     # -- data --------------------------------------------------------------------------------
-    def open_data(self, scope: str, partition: int, schema: pa.Schema) -> StagedData:
-        name = f"part-{partition:05d}-{uuid.uuid4().hex[:12]}.arrow"
+    def open_data(self, scope: str, partition: int, schema: pa.Schema, round_: int = 0) -> StagedData:
+        name = f"part-{partition:05d}-r{round_:04d}-{uuid.uuid4().hex[:12]}.arrow"
         return StagedData(self, scope, name, schema)
 
     def read_data(self, scope: str, name: str) -> Iterator[pa.RecordBatch]:
@@ -185,9 +210,9 @@ class StagingArea:
             for i in range(reader.num_record_batches):
                 yield reader.get_batch(i)
 
-    def delete_partition(self, scope: str, partition: int, data_name: str | None) -> None:
-        """Forget a staged partition (manifest first: without it the data is never replayed)."""
-        for name in (self.manifest_name(partition), data_name):
+    def delete_round(self, scope: str, partition: int, round_: int, data_name: str | None) -> None:
+        """Forget a staged round (manifest first: without it the data is never replayed)."""
+        for name in (self.manifest_name(partition, round_), data_name):
             if name:
                 with contextlib.suppress(FileNotFoundError):
                     self.fs.delete_file(self.path(scope, name))

@@ -358,3 +358,55 @@ def test_a_broken_spark_layer_never_breaks_sparks_lookup() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"
+
+
+def test_a_partition_reads_in_rounds_and_a_replay_yields_the_same(srv: ServerProcess, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyspark_s2s.spark import source
+
+    monkeypatch.setattr(source, "ROUND_FLOWFILES", 40)
+    _fill(srv, 100)
+    staging = StagingArea(str(tmp_path))
+    part = NiFiPartition(batch_scope(12), 0, _peer(srv))
+    rows = _read(srv, staging, part)
+    assert sorted(r["uuid"] for r in rows) == sorted(f"id-{i}" for i in range(100))
+    assert [m["rows"] for m in staging.rounds(part.scope, 0)] == [40, 40, 20]  # three transactions
+    assert len({r["transactionId"] for r in rows}) == 3
+    assert staging.done(part.scope, 0) == {"rounds": 3}
+    _fill(srv, 5, prefix="later")
+    assert _read(srv, staging, part) == rows  # the replay pulls nothing more
+    assert srv.admin.queued("out") == 5
+
+
+def test_a_task_that_dies_between_rounds_loses_and_duplicates_nothing(srv: ServerProcess, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyspark_s2s.spark import source
+
+    monkeypatch.setattr(source, "ROUND_FLOWFILES", 30)
+    _fill(srv, 70)
+    staging = StagingArea(str(tmp_path))
+    part = NiFiPartition(batch_scope(13), 0, _peer(srv))
+    opts = SparkOptions.parse({"url": srv.url, "portName": "out"})
+    it = read_partition(opts, arrow_source_schema(), part, staging)
+    first = next(it)  # round 0 is staged, confirmed and handed to Spark ...
+    assert first.num_rows == 30
+    it.close()  # ... and the task dies
+    assert staging.done(part.scope, 0) is None
+    assert srv.admin.queued("out") == 40
+    rows = _read(srv, staging, part)  # the retry replays round 0, then reads on
+    assert sorted(r["uuid"] for r in rows) == sorted(f"id-{i}" for i in range(70))
+    assert [m["rows"] for m in staging.rounds(part.scope, 0)] == [30, 30, 10]
+    assert srv.admin.queued("out") == 0
+
+
+def test_per_trigger_share_bounds_the_rounds(srv: ServerProcess, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyspark_s2s.spark import source
+
+    monkeypatch.setattr(source, "ROUND_FLOWFILES", 25)
+    _fill(srv, 100)
+    staging = StagingArea(str(tmp_path))
+    part = NiFiPartition(batch_scope(14), 0, _peer(srv), max_flow_files=60)
+    rows = _read(srv, staging, part)
+    assert len(rows) == 60 and [m["rows"] for m in staging.rounds(part.scope, 0)] == [25, 25, 10]
+    assert srv.admin.queued("out") == 40
