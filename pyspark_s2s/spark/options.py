@@ -120,14 +120,14 @@ SPARK_ONLY_OPTIONS: tuple[Option, ...] = (
          "deleted once Spark has committed the batch."),
     _row("maxFlowFilesPerTrigger", "max_flow_files_per_trigger", _positive_int, None, "integer",
          "Source. At most this many FlowFiles per micro-batch (Spark's `ReadMaxRows` admission control), "
-         "split over the batch's partitions. Ignored by `Trigger.AvailableNow`'s final drain check only "
-         "when Spark asks for all available data.", "maxOffsetsPerTrigger", "maxRowsPerTrigger"),
+         "split over the batch's partitions (ignored when Spark asks for all available data).",
+         "maxOffsetsPerTrigger", "maxRowsPerTrigger"),
     _row("maxBytesPerTrigger", "max_bytes_per_trigger", _positive_size, None, "data size",
          "Source. At most about this much content per micro-batch (Spark's `ReadMaxBytes`), split over the "
          "partitions. NiFi checks the size after each FlowFile, so a partition may exceed its share by "
          "less than one FlowFile."),
     _row("minPartitions", "min_partitions", _positive_int, None, "integer",
-         "Source. Minimum number of partitions (Spark tasks, one NiFi transaction each) per micro-batch. "
+         "Source. Minimum number of partitions (Spark tasks, each reading one NiFi node) per micro-batch. "
          "Without it every peer with a non-zero RECEIVE weight gets one partition; extra partitions go to "
          "the busiest peers.", default_doc="one per peer"),
     _row("idlePollInterval", "idle_poll_interval", _duration, 1.0, "duration",

@@ -75,10 +75,6 @@ ROUND_FLOWFILES = 65536
 #: a partition starts no new round after this long (NiFi's own default batch duration), unless
 #: the client's batchDuration is longer
 ROUND_WINDOW = 5.0
-#: per-partition FlowFile cap of Trigger.AvailableNow when nothing else bounds a pull and the
-#: backlog is unknown (NiFi standalone reports no queue counts): it makes "the port ran dry"
-#: visible as a pull that came up short of its cap
-AVAILABLE_NOW_DEFAULT_CAP = 10000
 _MANIFEST_VERSION = 1
 
 
@@ -462,9 +458,6 @@ class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if time.monotonic() - seen < self._opts.idle_poll_interval:
                     return start
         rows, size = self._caps(limit)
-        if st.available_now and st.backlog is None and not rows and not size and \
-                not self._opts.client.batch_count and not self._opts.client.batch_size:
-            rows = AVAILABLE_NOW_DEFAULT_CAP
         try:
             if not st.planned:
                 # an unknown port name fails the query here, before any task runs
