@@ -243,6 +243,11 @@ class PacketDecoder:
     def buffered(self) -> int:
         return len(self._buf) - self._pos
 
+    @property
+    def in_content(self) -> bool:
+        """True while the content of a large packet streams (ContentChunk events)."""
+        return self._streaming
+
     # -- input -----------------------------------------------------------------------------
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         if self._failed:

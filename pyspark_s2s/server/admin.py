@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from pyspark_s2s.errors import ConfigError
 from pyspark_s2s.protocol.transaction import ServerState
 from pyspark_s2s.server.faults import Fault, FaultRegistry
-from pyspark_s2s.server.httpio import UPLOAD_READ_SIZE, ChunkedWriter, RequestBody
+from pyspark_s2s.server.httpio import READ_SIZE, ChunkedWriter, RequestBody
 from pyspark_s2s.server.model import (
     RUNNING,
     STOPPED,
@@ -264,7 +264,7 @@ def _bench(h: AdminRequest, method: str, path: str) -> None:
     """Plain HTTP transfers on the same server, for ``bench.client``'s baseline.
 
     ``POST /s2s-admin/bench/upload`` reads the body in the same pieces as a FlowFile upload
-    (``UPLOAD_READ_SIZE``)
+    keeps large content in (``READ_SIZE``)
     and keeps them (replacing what an earlier upload kept); ``GET /s2s-admin/bench/download``
     streams the kept pieces back through the same chunk writer as a FlowFile download. So
     "plain" moves the very bytes Site-to-Site moved, through the same HTTP code, without the
@@ -275,7 +275,7 @@ def _bench(h: AdminRequest, method: str, path: str) -> None:
         pieces: list[bytes] = []
         total = 0
         while True:
-            data = h.body.read(UPLOAD_READ_SIZE)
+            data = h.body.read(READ_SIZE)
             if not data:
                 break
             pieces.append(data)

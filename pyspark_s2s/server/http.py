@@ -660,7 +660,8 @@ class S2SHandler(BaseHTTPRequestHandler):
         # plain uploads without an injected fault take whole small packets in bulk runs, kept
         # in wire form (model.wire_flowfiles); the rest goes event by event
         bulk = not props.compress and fault is None
-        next_run = decoder.packets_decoder.next_run if bulk else None
+        packets = decoder.packets_decoder
+        next_run = packets.next_run if bulk else None
 
         def pump() -> None:
             nonlocal writer, start_attrs
@@ -696,7 +697,10 @@ class S2SHandler(BaseHTTPRequestHandler):
             while True:
                 if fault is not None and fault.kind == "drop_mid_body" and self.body.received >= fault.after_bytes:
                     raise _Dropped()
-                data = self.body.read(UPLOAD_READ_SIZE if fault is None else min(READ_SIZE, 1024))
+                # small packets: large reads, decoded in bulk; large content: the 64 KiB pieces it
+                # is kept in (reused heap memory, where 256 KiB pieces each took fresh pages)
+                size = READ_SIZE if packets.in_content else UPLOAD_READ_SIZE
+                data = self.body.read(size if fault is None else min(READ_SIZE, 1024))
                 if not data:
                     break
                 decoder.feed(data)
