@@ -357,7 +357,8 @@ def bench_huge(server: ServerSubprocess, mib: int) -> tuple[list[Row], str]:
     finally:
         s2s.close()
     rows = [Row(f"huge send ({mib} MiB)", 1, size, send_secs), Row(f"huge receive ({mib} MiB)", 1, size, recv_secs)]
-    return rows, f"{mib} MiB FlowFile: peak RSS above start: server +{extra['server']:.0f} MiB, client +{extra['client']:.0f} MiB"
+    return rows, (f"{mib} MiB FlowFile: peak RSS above start: server {extra['server']:+.0f} MiB, "
+                  f"client {extra['client']:+.0f} MiB")
 
 
 class CpuMeter:
@@ -470,9 +471,10 @@ def packet_bytes(n: int, attrs: dict[str, str], content: bytes) -> int:
 
 def arrow_decode(n: int, repeat: int) -> tuple[Row, Row]:
     """In memory: the client's Arrow path (BatchReader: 256 KiB reads, CRC, scan, build) and
-    the bare core scan + Arrow build, on a stream of ``n`` small packets (100 B, 3 attributes)."""
-    from pyspark_s2s.client.arrow import BatchReader, scan_to_record_batch
-    from pyspark_s2s.protocol.codec import encode_packet, scan_packets
+    the bare core scan (``scan_ends``) + Arrow build (``ends_to_record_batch``) over the whole
+    stream at once, on ``n`` small packets (100 B, 3 attributes)."""
+    from pyspark_s2s.client.arrow import BatchReader, ends_to_record_batch
+    from pyspark_s2s.protocol.codec import encode_packet, scan_ends
 
     wire = encode_packet(SMALL_ATTRS, SMALL_CONTENT) * n
 
@@ -504,17 +506,17 @@ def arrow_decode(n: int, repeat: int) -> tuple[Row, Row]:
         rows = 0
         start = 0
         while start < len(wire):
-            scan = scan_packets(wire, start, max_packets=65536)
-            batch = scan_to_record_batch(wire, scan)
+            end, ends, counts = scan_ends(wire, 65536, start=start)
+            batch = ends_to_record_batch(wire, ends, counts)
             rows += batch.num_rows
-            start += scan.consumed
+            start = end
         secs = time.perf_counter() - t0
         if rows != n:
             raise RuntimeError(f"scan produced {rows} of {n} rows")
         return secs
 
     r1 = Row("small decode -> Arrow (BatchReader)", n, len(wire), best(reader_run, repeat), target=ARROW_TARGET)
-    r2 = Row("small decode -> Arrow (scan+build)", n, len(wire), best(scan_run, repeat), target=ARROW_TARGET)
+    r2 = Row("small decode -> Arrow (scan_ends+build)", n, len(wire), best(scan_run, repeat), target=ARROW_TARGET)
     return r1, r2
 
 
@@ -687,6 +689,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows += bench_concurrent(server.url, args.small, args.streams, args.repeat, CpuMeter(server.pid))
                 server_peak(f"{args.streams} streams", server)
         if "durable" in groups:
+            durable: dict[str, Row] = {}
             with tempfile.TemporaryDirectory(prefix="s2s-bench-") as data_dir:
                 for label, extra in (("memory", []), ("--data-dir", ["--data-dir", data_dir])):
                     with start_s2s_server(extra) as server:
@@ -698,7 +701,11 @@ def main(argv: list[str] | None = None) -> int:
                             for row in bench_transfer("small", s2s, plain, args.durable_small, SMALL_ATTRS,
                                                       SMALL_CONTENT, args.repeat, meter):
                                 row.name += f" ({label})"
-                                row.plain_secs = None
+                                row.plain_secs = row.rate_target = None
+                                memory = durable.get(row.name.replace(label, "memory"))
+                                if memory is not None:
+                                    row.note = f"{row.secs / memory.secs:.2f}x the time in memory (target <= 2)"
+                                durable[row.name] = row
                                 rows.append(row)
                         finally:
                             s2s.close()
