@@ -274,37 +274,32 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def peak_rss_mib(pid: int | None = None) -> float:
-    """Peak resident set size in MiB: of ``pid`` (``VmHWM``), or of this process."""
-    if pid is None:
-        import resource
-
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def _status_mib(pid: int | None, field: str) -> float:
+    """A size field of ``/proc/<pid>/status`` (this process when None), in MiB; NaN elsewhere."""
     try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+        with open(f"/proc/{pid or 'self'}/status", encoding="ascii") as fh:
             for line in fh:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) / 1024
     except OSError:
         pass
     return float("nan")
+
+
+def peak_rss_mib(pid: int | None = None) -> float:
+    """Peak resident set size in MiB: of ``pid`` (``VmHWM``, which :func:`reset_peak_rss`
+    restarts), or of this process over its whole life (``ru_maxrss``)."""
+    if pid is None:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return _status_mib(pid, "VmHWM")
 
 
 def reset_peak_rss(pid: int | None = None) -> None:
     """Start a new peak-RSS measurement for ``pid`` (Linux: ``clear_refs`` 5 resets VmHWM)."""
     with contextlib.suppress(OSError), open(f"/proc/{pid or 'self'}/clear_refs", "w", encoding="ascii") as fh:
         fh.write("5")
-
-
-def current_rss_mib(pid: int | None = None) -> float:
-    try:
-        with open(f"/proc/{pid or 'self'}/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return float("nan")
 
 
 class _Pattern(io.RawIOBase):
@@ -333,7 +328,7 @@ def bench_huge(server: ServerSubprocess, mib: int) -> tuple[list[Row], str]:
         size = mib * MIB
         s2s.send(1, {"warm": "up"}, b"x")  # connections and imports before the baseline
         s2s.receive(1)
-        base = {"server": current_rss_mib(server.pid), "client": current_rss_mib()}
+        base = {"server": _status_mib(server.pid, "VmRSS"), "client": _status_mib(None, "VmRSS")}
         reset_peak_rss(server.pid)
         reset_peak_rss()
         t0 = time.perf_counter()
@@ -353,7 +348,8 @@ def bench_huge(server: ServerSubprocess, mib: int) -> tuple[list[Row], str]:
         recv_secs = time.perf_counter() - t0
         if got != size:
             raise RuntimeError(f"huge FlowFile: received {got} of {size} bytes")
-        extra = {"server": peak_rss_mib(server.pid) - base["server"], "client": peak_rss_mib() - base["client"]}
+        extra = {"server": _status_mib(server.pid, "VmHWM") - base["server"],
+                 "client": _status_mib(None, "VmHWM") - base["client"]}
     finally:
         s2s.close()
     rows = [Row(f"huge send ({mib} MiB)", 1, size, send_secs), Row(f"huge receive ({mib} MiB)", 1, size, recv_secs)]
