@@ -360,14 +360,19 @@ def test_a_broken_spark_layer_never_breaks_sparks_lookup() -> None:
     assert proc.stdout.strip() == "False"
 
 
-def test_a_partition_reads_in_rounds_and_a_replay_yields_the_same(srv: ServerProcess, tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def _rounds_setup(srv: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, round_size: int,
+                  queued: int, batch: int, **part: Any) -> tuple[StagingArea, NiFiPartition]:
+    """``queued`` FlowFiles on the port, rounds of ``round_size``, a partition of micro-batch ``batch``."""
     from pyspark_s2s.spark import source
 
-    monkeypatch.setattr(source, "ROUND_FLOWFILES", 40)
-    _fill(srv, 100)
-    staging = StagingArea(str(tmp_path))
-    part = NiFiPartition(batch_scope(12), 0, _peer(srv))
+    monkeypatch.setattr(source, "ROUND_FLOWFILES", round_size)
+    _fill(srv, queued)
+    return StagingArea(str(tmp_path)), NiFiPartition(batch_scope(batch), 0, _peer(srv), **part)
+
+
+def test_a_partition_reads_in_rounds_and_a_replay_yields_the_same(srv: ServerProcess, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    staging, part = _rounds_setup(srv, tmp_path, monkeypatch, round_size=40, queued=100, batch=12)
     rows = _read(srv, staging, part)
     assert sorted(r["uuid"] for r in rows) == sorted(f"id-{i}" for i in range(100))
     assert [m["rows"] for m in staging.rounds(part.scope, 0)] == [40, 40, 20]  # three transactions
@@ -380,12 +385,7 @@ def test_a_partition_reads_in_rounds_and_a_replay_yields_the_same(srv: ServerPro
 
 def test_a_task_that_dies_between_rounds_loses_and_duplicates_nothing(srv: ServerProcess, tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from pyspark_s2s.spark import source
-
-    monkeypatch.setattr(source, "ROUND_FLOWFILES", 30)
-    _fill(srv, 70)
-    staging = StagingArea(str(tmp_path))
-    part = NiFiPartition(batch_scope(13), 0, _peer(srv))
+    staging, part = _rounds_setup(srv, tmp_path, monkeypatch, round_size=30, queued=70, batch=13)
     opts = SparkOptions.parse({"url": srv.url, "portName": "out"})
     it = read_partition(opts, arrow_source_schema(), part, staging)
     first = next(it)  # round 0 is staged, confirmed and handed to Spark ...
@@ -401,12 +401,8 @@ def test_a_task_that_dies_between_rounds_loses_and_duplicates_nothing(srv: Serve
 
 def test_per_trigger_share_bounds_the_rounds(srv: ServerProcess, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    from pyspark_s2s.spark import source
-
-    monkeypatch.setattr(source, "ROUND_FLOWFILES", 25)
-    _fill(srv, 100)
-    staging = StagingArea(str(tmp_path))
-    part = NiFiPartition(batch_scope(14), 0, _peer(srv), max_flow_files=60)
+    staging, part = _rounds_setup(srv, tmp_path, monkeypatch, round_size=25, queued=100, batch=14,
+                                  max_flow_files=60)
     rows = _read(srv, staging, part)
     assert len(rows) == 60 and [m["rows"] for m in staging.rounds(part.scope, 0)] == [25, 25, 10]
     assert srv.admin.queued("out") == 40
