@@ -573,12 +573,17 @@ def bench_arrow_end_to_end(s2s: S2S, n: int, repeat: int, meter: CpuMeter, name:
 # -- concurrent client streams -------------------------------------------------------------------
 
 
-def _stream_worker(url: str, n: int, what: str, start_at: float) -> tuple[float, float, int]:
+def _stream_worker(url: str, n: int, what: str, ready: Any, go: Any, results: Any) -> None:
     """One client stream in its own process: send ``n`` small FlowFiles in one transaction, or
-    receive into Arrow until the output port is empty. (wall start, wall end, FlowFiles)."""
+    receive into Arrow until the output port is empty. Says ``ready`` once its imports and client
+    are set up, starts when ``go`` is set, puts (wall start, wall end, FlowFiles) on ``results``."""
+    import pyspark_s2s.client.arrow  # noqa: F401 - pyarrow imported before the clock runs
+
     s2s = S2S(url)
     try:
-        time.sleep(max(0.0, start_at - time.time()))
+        ready.put(os.getpid())
+        if not go.wait(120):
+            return
         t0 = time.time()
         if what == "send":
             s2s.send(n, SMALL_ATTRS, SMALL_CONTENT)
@@ -595,14 +600,15 @@ def _stream_worker(url: str, n: int, what: str, start_at: float) -> tuple[float,
                 got += rows
                 if not rows:
                     break
-        return t0, time.time(), got
+        results.put((t0, time.time(), got))
     finally:
         s2s.close()
 
 
 def bench_concurrent(url: str, n: int, streams: int, repeat: int, meter: CpuMeter) -> list[Row]:
     """``streams`` client processes at once: each sends ``n / streams`` small FlowFiles, then all
-    drain the output port into Arrow together. Aggregate FlowFiles/s (first start to last end),
+    drain the output port into Arrow together. Every stream is its own process, started and set
+    up before the clock runs, released together. Aggregate FlowFiles/s (first start to last end),
     median of ``repeat``."""
     import multiprocessing
 
@@ -610,17 +616,28 @@ def bench_concurrent(url: str, n: int, streams: int, repeat: int, meter: CpuMete
     per = n // streams
     send_secs: list[float] = []
     recv_secs: list[float] = []
-    with ctx.Pool(streams) as pool:
-        pool.map(time.sleep, [0.0] * streams)  # workers up and importing before the clock runs
-        for _ in range(max(1, repeat)):
-            for what, out in (("send", send_secs), ("receive", recv_secs)):
-                start_at = time.time() + 0.5
+    for _ in range(max(1, repeat)):
+        for what, out in (("send", send_secs), ("receive", recv_secs)):
+            ready, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+            procs = [ctx.Process(target=_stream_worker, args=(url, per, what, ready, go, results))
+                     for _ in range(streams)]
+            for proc in procs:
+                proc.start()
+            try:
+                for _ in procs:
+                    ready.get(timeout=120)
                 with meter.measure(f"{streams}x {what}"):
-                    results = pool.starmap(_stream_worker, [(url, per, what, start_at)] * streams)
-                total = sum(r[2] for r in results)
-                if total != per * streams:
-                    raise RuntimeError(f"{streams} streams: {what} moved {total} of {per * streams}")
-                out.append(max(r[1] for r in results) - min(r[0] for r in results))
+                    go.set()
+                    got = [results.get(timeout=300) for _ in procs]
+            finally:
+                for proc in procs:
+                    proc.join(timeout=60)
+                    if proc.is_alive():
+                        proc.kill()
+            total = sum(r[2] for r in got)
+            if total != per * streams:
+                raise RuntimeError(f"{streams} streams: {what} moved {total} of {per * streams}")
+            out.append(max(r[1] for r in got) - min(r[0] for r in got))
     total = per * streams
     return [
         Row(f"small send, {streams} streams", total, packet_bytes(total, SMALL_ATTRS, SMALL_CONTENT),
