@@ -16,7 +16,6 @@ without a SparkSession), the server.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -27,7 +26,9 @@ from pyspark_s2s.client.config import (
 from pyspark_s2s.client.config import (
     Option,
     SiteToSiteClientConfig,
-    parse_duration,
+    _dur,
+    _parse_int,
+    _parse_str,
     parse_size,
     resolve_option_names,
 )
@@ -52,27 +53,11 @@ COMMIT_MODES = ("task", "batch")
 ROUTINGS = ("weighted", "roundRobin", "attribute")
 
 
-def _positive_int(value: Any, option: str) -> int:
-    if isinstance(value, bool):
-        raise ConfigError(f"{option} must be a positive integer; got {value!r}", option=option)
-    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):
-        value = int(value)
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{option} must be a positive integer; got {value!r}", option=option)
-    return value
-
-
 def _positive_size(value: Any, option: str) -> int:
     size = parse_size(value, option=option)
     if size < 1:
         raise ConfigError(f"{option} must be greater than zero; got {value!r}", option=option)
     return size
-
-
-def _duration(value: Any, option: str) -> float:
-    return parse_duration(value, option=option)
 
 
 def _location(value: Any, option: str) -> str:
@@ -98,12 +83,6 @@ def _choice(choices: tuple[str, ...]) -> Any:
     return parse
 
 
-def _name(value: Any, option: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{option} must be a non-empty attribute name", option=option)
-    return value.strip()
-
-
 def _row(name: str, attr: str, parse: Any, default: Any, type_doc: str, doc: str, *aliases: str,
          default_doc: str | None = None) -> Option:
     return Option(name, attr, parse, default, doc, type_doc, tuple(aliases), False, default_doc)
@@ -118,7 +97,7 @@ SPARK_ONLY_OPTIONS: tuple[Option, ...] = (
          "`file://`, `hdfs://`, `s3://`, `gs://`); on a cluster it must be durable and shared by the driver "
          "and all executors, and unique per query, like a checkpoint location. Staged data of a batch is "
          "deleted once Spark has committed the batch."),
-    _row("maxFlowFilesPerTrigger", "max_flow_files_per_trigger", _positive_int, None, "integer",
+    _row("maxFlowFilesPerTrigger", "max_flow_files_per_trigger", _parse_int(1), None, "integer",
          "Source. At most this many FlowFiles per micro-batch (Spark's `ReadMaxRows` admission control), "
          "split over the batch's partitions (ignored when Spark asks for all available data).",
          "maxOffsetsPerTrigger", "maxRowsPerTrigger"),
@@ -126,11 +105,11 @@ SPARK_ONLY_OPTIONS: tuple[Option, ...] = (
          "Source. At most about this much content per micro-batch (Spark's `ReadMaxBytes`), split over the "
          "partitions. NiFi checks the size after each FlowFile, so a partition may exceed its share by "
          "less than one FlowFile."),
-    _row("minPartitions", "min_partitions", _positive_int, None, "integer",
+    _row("minPartitions", "min_partitions", _parse_int(1), None, "integer",
          "Source. Minimum number of partitions (Spark tasks, each reading one NiFi node) per micro-batch. "
          "Without it every peer with a non-zero RECEIVE weight gets one partition; extra partitions go to "
          "the busiest peers.", default_doc="one per peer"),
-    _row("idlePollInterval", "idle_poll_interval", _duration, 1.0, "duration",
+    _row("idlePollInterval", "idle_poll_interval", _dur, 1.0, "duration",
          "Source. After a micro-batch that found the port empty, wait this long before pulling again, so "
          "an idle port costs at most one empty pull (and one offset-log entry) per interval.",
          default_doc="1 sec"),
@@ -143,9 +122,9 @@ SPARK_ONLY_OPTIONS: tuple[Option, ...] = (
          "Sink. How rows are spread over NiFi nodes: `weighted` (NiFi's SEND weighting: less loaded nodes "
          "first), `roundRobin`, or `attribute` (consistent hashing of `routingAttribute`'s value: equal "
          "values reach the same node)."),
-    _row("routingAttribute", "routing_attribute", _name, None, "string",
+    _row("routingAttribute", "routing_attribute", _parse_str, None, "string",
          "Sink. The attribute whose value routes a row when `routing` is `attribute`."),
-    _row("batchCommitTimeout", "batch_commit_timeout", _duration, 600.0, "duration",
+    _row("batchCommitTimeout", "batch_commit_timeout", _dur, 600.0, "duration",
          "Sink, `commitMode=batch`. How long the Python worker of a finished task keeps extending the "
          "transactions it handed to the driver, waiting for the driver's commit or abort (which come only "
          "after the last task of the micro-batch). 0: only until the task ends; the server's TTL then "
