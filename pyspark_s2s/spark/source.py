@@ -27,7 +27,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -80,7 +80,7 @@ _MANIFEST_VERSION = 1
 
 @dataclass(frozen=True)
 class NiFiPartition(InputPartition):
-    """One Spark task: one NiFi receive transaction (or the replay of its staged data)."""
+    """One Spark task: the rounds it reads from one NiFi node (or replays from the staging area)."""
 
     scope: str  #: staging directory (``batch-<N>`` or ``read-<uuid>``)
     index: int
@@ -88,7 +88,6 @@ class NiFiPartition(InputPartition):
     max_flow_files: int = 0
     max_bytes: int = 0
     staged: bool = True  #: False only for a batch read without stagingLocation
-    value: Any = field(default=None, compare=False, repr=False)
 
 
 # -- executor side -------------------------------------------------------------------------------
@@ -334,7 +333,6 @@ def _pull_and_stage(client: SiteToSiteClient, opts: SparkOptions, part: NiFiPart
 @dataclass
 class _BatchSummary:
     rows: int
-    partitions: int
     all_short: bool  #: every partition got less than a limit it had (its node ran dry)
     fallbacks: list[tuple[str, str]]  #: (planned peer, peer used instead)
 
@@ -352,7 +350,7 @@ def _summarize(manifests: list[dict[str, Any]]) -> _BatchSummary:
     # a partition's node ran dry when its last round came back short of a limit it asked for
     all_short = all(not _full(m) and (m["rows"] == 0 or m.get("limitFlowFiles") or m.get("limitBytes"))
                     for m in last.values())
-    return _BatchSummary(rows, len(last), all_short, sorted(set(fallbacks)))
+    return _BatchSummary(rows, all_short, sorted(set(fallbacks)))
 
 
 class _Driver:

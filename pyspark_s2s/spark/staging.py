@@ -64,9 +64,7 @@ class StagedData:
         """Close, make durable, rename into place."""
         self._writer.close()
         self._stream.close()
-        self._area._sync(self._tmp)
-        self._area.fs.move(self._tmp, self._final)
-        self._area._sync_dir(self._final)
+        self._area._publish(self._tmp, self._final)
         self._done = True
 
     def discard(self) -> None:
@@ -113,22 +111,23 @@ class StagingArea:
         _ = self.fs
         return "/".join((self._base, *parts))
 
-    # -- durability (local filesystems; object stores make an upload visible whole) --------------
-    def _sync(self, path: str) -> None:
-        if self.local:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+    # -- durability ----------------------------------------------------------------------------
+    def _fsync(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
-    def _sync_dir(self, path: str) -> None:
+    def _publish(self, tmp: str, final: str) -> None:
+        """Make ``tmp`` durable and visible as ``final`` in one step: fsync the file, rename it,
+        fsync the directory (fsyncs on a local filesystem only: an object store makes an upload
+        visible whole)."""
         if self.local:
-            fd = os.open(os.path.dirname(path), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            self._fsync(tmp)
+        self.fs.move(tmp, final)
+        if self.local:
+            self._fsync(os.path.dirname(final))
 
     # -- manifests ---------------------------------------------------------------------------
     @staticmethod
@@ -154,9 +153,7 @@ class StagingArea:
         tmp = self.path(scope, f".{name}.{uuid.uuid4().hex}.tmp")
         with fs.open_output_stream(tmp) as out:
             out.write(json.dumps(value, sort_keys=True).encode("utf-8"))
-        self._sync(tmp)
-        fs.move(tmp, final)
-        self._sync_dir(final)
+        self._publish(tmp, final)
 
     def manifest(self, scope: str, partition: int, round_: int = 0) -> dict[str, Any] | None:
         """The manifest of one round of a partition, or None when it was never staged."""
