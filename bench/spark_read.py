@@ -97,10 +97,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="minPartitions of the Spark read (default 1: the source's default for one node)")
     args = ap.parse_args(argv)
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    sys.path.insert(0, str(REPO / "tests" / "spark"))
-    from sparkhelp import build_session
+    from pyspark_s2s.spark.demo import local_session
 
-    spark = build_session("bench-spark-read")
+    spark = local_session("bench-spark-read")
     work = Path(tempfile.mkdtemp(prefix="bench-spark-read-"))
     results: dict[str, list[float]] = {"client": [], "spark": [], "batch": []}
     try:

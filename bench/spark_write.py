@@ -176,13 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--partitions", type=int, default=2, help="Spark tasks of the write (default 2: the cores)")
     args = ap.parse_args(argv)
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    sys.path.insert(0, str(REPO / "tests" / "spark"))
-    from sparkhelp import build_session
+    from pyspark_s2s.spark.demo import local_session
 
     row_rate, arrow_rate = encode_only(args.small // 3)
     print(f"encode small FlowFiles in memory: per-row core encoder {row_rate:,.0f} rows/s, "
           f"Arrow encoder {arrow_rate:,.0f} rows/s ({arrow_rate / row_rate:.1f}x)", flush=True)
-    spark = build_session("bench-spark-write")
+    spark = local_session("bench-spark-write")
     results: dict[tuple[str, str], list[float]] = {}
     try:
         with ServerSubprocess(["--ttl", "120", "--input-port", PORT], cwd=str(REPO)) as server:

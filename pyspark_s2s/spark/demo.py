@@ -32,7 +32,7 @@ from typing import Any
 
 from pyspark_s2s.demo import DemoError, DemoServer, demo_main
 
-__all__ = ["main", "run"]
+__all__ = ["LOCAL_SESSION_CONF", "local_session", "main", "run"]
 
 INPUT_PORT = "from-spark"
 OUTPUT_PORT = "to-spark"
@@ -40,17 +40,34 @@ ROWS = 20_000
 FILES = 10
 
 
-def _session() -> Any:
+#: Spark settings of a small local session that talks over loopback only (the demo, the
+#: benchmarks and the tests use it)
+LOCAL_SESSION_CONF = {
+    "spark.master": "local[2,4]",  # 2 threads; a failed task is tried up to 4 times (as on a cluster)
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.streaming.stopTimeout": "30s",
+    # a loaded 2-core machine can take more than the default 15 s to start a Python worker
+    "spark.python.authenticate.socketTimeout": "120s",
+}
+
+
+def local_session(app: str = "pyspark-s2s demo", **conf: str) -> Any:
+    """A local SparkSession with :data:`LOCAL_SESSION_CONF` (``conf`` overrides), its Python
+    workers running this interpreter, logging errors only."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.appName("pyspark-s2s demo").master("local[2,4]")
-             .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
-             .config("spark.driver.bindAddress", "127.0.0.1").config("spark.sql.shuffle.partitions", "2")
-             .config("spark.sql.session.timeZone", "UTC").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.python.authenticate.socketTimeout", "120s").getOrCreate())
+    builder = SparkSession.builder.appName(app)
+    for key, value in {**LOCAL_SESSION_CONF, **conf}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -95,7 +112,7 @@ def run(out: Callable[[str], None] = print) -> int:
             out(f"s2s demo: reference server with 2 nodes at {', '.join(server.urls)} "
                 f"(input port {INPUT_PORT!r} -> output port {OUTPUT_PORT!r} on each node)")
             t = time.monotonic()
-            spark = _session()
+            spark = local_session()
             out(f"s2s demo: Spark {spark.version} session (local[2]) ready in {time.monotonic() - t:.1f} s")
             expected = _readings(work / "input")
             url = ",".join(server.urls)
