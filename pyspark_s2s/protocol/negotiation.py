@@ -47,7 +47,12 @@ def _parse_java_integer(text: str, lo: int, hi: int) -> int | None:
     """``Integer.valueOf`` / ``Long.parseLong``: the value, or None where Java throws."""
     if not _JAVA_INT.fullmatch(text):
         return None
-    value = int(text)
+    # leading zeros are fine in Java; more than 19 other digits are beyond any long (and int()
+    # would refuse a text of more than 4300 digits with a ValueError of its own)
+    digits = text.lstrip("+-").lstrip("0")
+    if len(digits) > 19:
+        return None
+    value = -int(digits or "0") if text[0] == "-" else int(digits or "0")
     return value if lo <= value <= hi else None
 
 
