@@ -1,0 +1,139 @@
+"""Fault case 1: the server killed with SIGKILL mid-send and mid-receive, restarted on the same
+ports with the same ``--data-dir`` (issue 11). A real ``s2s serve`` process, a real client
+workload with distinct ids, every id checked end to end with the ledger.
+
+Owns: this case only. Must not import: pyspark.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from wirework import (
+    Receiver,
+    Sender,
+    batches_of,
+    case_report,
+    run_thread,
+    settle_transactions,
+    wait_until,
+)
+
+from faults.harness import FaultServer, Ledger
+
+
+def _transferring(srv: FaultServer, direction: str) -> bool:
+    return any(t["state"] == "TRANSFERRING" and t["direction"] == direction for t in srv.admin.transactions())
+
+
+def test_sigkill_mid_send_and_mid_receive(tmp_path: Path) -> None:
+    started = time.monotonic()
+    ledger = Ledger()
+    batches = batches_of("kill", 600, 50)
+    ledger.expect(fid for b in batches for fid in b)
+    kills: list[str] = []
+    with FaultServer(ttl=3, data_dir=tmp_path / "data") as srv:
+        client = srv.client("in", timeout=5, penalization_period=0.5)
+        sender = Sender(client)
+        try:
+            sender.send_all(batches[:4])
+
+            # 1. killed while an upload streams (the server stalls after 10 packets)
+            srv.admin.fault("stall", method="POST", path_contains="/flow-files", after_packets=10, seconds=30)
+            sender.gate.clear()
+            thread, errors = run_thread(lambda: sender.send_batch(batches[4]), "send-during-kill")
+            wait_until(lambda: _transferring(srv, "send"), what="the upload to stall")
+            srv.kill()
+            kills.append("mid-upload")
+            wait_until(lambda: sender.failures, what="the sender to see the kill")
+            srv.restart()
+            # the interrupted upload was never committed: only the first four batches survive
+            assert sorted(srv.queued_ids("out")) == sorted(fid for b in batches[:4] for fid in b)
+            sender.gate.set()
+            thread.join(60)
+            assert not thread.is_alive() and not errors, errors
+
+            # 2. killed between the upload and the commit (the commit DELETE waits 30 s on the server)
+            srv.admin.fault("delay", method="DELETE", path_contains="/input-ports/", seconds=30)
+            sender.gate.clear()
+            thread, errors = run_thread(lambda: sender.send_batch(batches[5]), "commit-during-kill")
+            wait_until(lambda: any(t["state"] == "HELD" for t in srv.admin.transactions()),
+                       what="the send to be held")
+            time.sleep(0.2)  # the DELETE is in the server's delay now
+            srv.kill()
+            kills.append("before-commit")
+            wait_until(lambda: len(sender.ambiguous) == 1, what="the commit to fail")
+            srv.restart()
+            assert sorted(srv.queued_ids("out")) == sorted(fid for b in batches[:5] for fid in b)  # not the held one
+            sender.gate.set()
+            thread.join(60)
+            assert not thread.is_alive() and not errors, errors
+            sender.send_all(batches[6:])
+        finally:
+            client.close()
+        assert sorted(srv.queued_ids("out")) == sorted(ledger.expected)  # each exactly once
+
+        # 3. killed while a download streams (the server stalls after 20 packets)
+        rclient = srv.client("out", timeout=5, penalization_period=0.5, batch_count=100)
+        receiver = Receiver(rclient, ledger)
+        try:
+            assert receiver.receive_once() == 100
+            srv.admin.fault("stall", method="GET", path_contains="/flow-files", after_packets=20, seconds=30)
+            receiver.gate.clear()
+            thread, errors = run_thread(lambda: receiver.receive_until_done(60), "receive-during-kill")
+            wait_until(lambda: _transferring(srv, "receive"), what="the download to stall")
+            time.sleep(0.2)
+            srv.kill()
+            kills.append("mid-download")
+            wait_until(lambda: receiver.failures, what="the receiver to see the kill")
+            srv.restart()
+            # what the interrupted download had taken is back in the queue
+            assert len(srv.queued_ids("out")) == 500
+            receiver.gate.set()
+            thread.join(60)
+            assert not thread.is_alive() and not errors, errors
+        finally:
+            rclient.close()
+
+        # 4. killed between the download and the confirm: nobody can tell whether the commit
+        # happened, so the workload keeps the FlowFiles (at least once) and they come again
+        ledger2 = Ledger()
+        again = batches_of("kill2", 100, 100)[0]
+        ledger2.expect(again)
+        with srv.client("in", timeout=5) as c2:
+            Sender(c2).send_batch(again)
+        srv.admin.fault("delay", method="DELETE", path_contains="/output-ports/", seconds=30)
+        rclient = srv.client("out", timeout=5, penalization_period=0.5)
+        receiver2 = Receiver(rclient, ledger2)
+        try:
+            receiver2.gate.clear()
+            thread, errors = run_thread(lambda: receiver2.receive_once(), "confirm-during-kill")
+            wait_until(lambda: any(t["state"] == "HELD" and t["direction"] == "receive"
+                                   for t in srv.admin.transactions()), what="the receive to be held")
+            time.sleep(0.2)
+            srv.kill()
+            kills.append("before-confirm")
+            thread.join(30)
+            assert not thread.is_alive() and not errors, errors
+            srv.restart()
+            assert sorted(srv.queued_ids("out")) == sorted(again)  # the confirm never reached it
+            receiver2.gate.set()
+            assert receiver2.receive_once() == 100  # received again
+            assert receiver2.receive_once() == 0  # and nothing more
+        finally:
+            rclient.close()
+        open_left = settle_transactions(srv)
+
+    assert ledger.lost() == set() and ledger.unexpected() == set()
+    assert ledger.duplicated() == 0
+    assert receiver.dropped == 20 and not receiver.kept_unsettled
+    assert ledger2.lost() == set()
+    # the only duplicates: the confirm that died with the server, kept and received again
+    assert receiver2.settled == {"ambiguous: kept": 1}
+    assert ledger2.duplicated() == 100 and set(receiver2.kept_unsettled) == set(again)
+    assert srv.kills == 4 and srv.starts == 5
+    case_report("server SIGKILL mid-send/mid-receive", ledger, None, started, kills=kills,
+                send_failures=len(sender.failures), ambiguous_send_batches=len(sender.ambiguous),
+                receive_dropped=receiver.dropped, open_left=len(open_left),
+                confirm_lost_case={**ledger2.summary(), "settled": dict(receiver2.settled)})
