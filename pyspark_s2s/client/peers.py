@@ -130,7 +130,7 @@ class PeerManager:
             raise cls(f"GET {url} answered HTTP {resp.status}: {text}", http_status=resp.status, peer=peer.api_url)
         try:
             body = json.loads(resp.body.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # Recursion: nested deeper than json reads
             raise ProtocolError(f"GET {url} did not answer JSON", peer=peer.api_url, http_status=200) from None
         if not isinstance(body, dict):
             raise ProtocolError(f"GET {url} did not answer a JSON object", peer=peer.api_url)

@@ -106,7 +106,7 @@ def parse_site_info(resp: Response, url: str) -> SiteInfo:
     """Parse a 200 ``{"controller": {...}}``; anything else raises :class:`ProtocolError`."""
     try:
         data = json.loads(resp.body.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # Recursion: nested deeper than json reads
         snippet = resp.text[:120].replace("\n", " ")
         raise ProtocolError(
             f"GET {url}/site-to-site did not answer JSON (is the URL a NiFi instance?): {snippet!r}",

@@ -149,7 +149,7 @@ class TransactionResult:
         text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
         try:
             data = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than json can read
             data = None
         if not isinstance(data, dict):
             return cls(0, ResponseCode.ABORT, text)

@@ -126,6 +126,8 @@ def _read_json(h: AdminRequest) -> dict[str, Any]:
         return {}
     try:
         body = json.loads(raw)
+    except RecursionError:
+        raise AdminError(400, "invalid JSON: nested too deeply") from None
     except ValueError as exc:
         raise AdminError(400, f"invalid JSON: {exc}") from None
     if not isinstance(body, dict):
