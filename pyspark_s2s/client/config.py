@@ -116,7 +116,10 @@ def parse_duration(value: Any, *, option: str = "duration") -> float:
     if isinstance(value, bool):
         raise ConfigError(f"{option} must be a duration such as '30 sec', not {value!r}", option=option)
     if isinstance(value, (int, float)):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int beyond any float
+            seconds = math.inf
     elif isinstance(value, str):
         match = _NUMBER_UNIT.match(value)
         unit = match.group(2).lower() if match else None
@@ -149,7 +152,10 @@ def parse_size(value: Any, *, option: str = "size") -> int:
                 f"{option} must be a data size such as '10 MB' or a number of bytes; got {value!r}",
                 option=option,
             )
-        size = int(float(match.group(1)) * _SIZE_UNITS[unit])
+        scaled = float(match.group(1)) * _SIZE_UNITS[unit]
+        if math.isinf(scaled):  # more digits than a float holds: int() would raise OverflowError
+            raise ConfigError(f"{option} is too large; got {value[:40]!r}...", option=option)
+        size = int(scaled)
     else:
         raise ConfigError(f"{option} must be a data size such as '10 MB'; got {value!r}", option=option)
     if size < 0:
@@ -178,8 +184,11 @@ def _parse_int(lo: int, hi: int | None = None) -> Callable[[Any, str], int]:
             raise ConfigError(f"{option} must be an integer; got {value!r}", option=option)
         if isinstance(value, float) and value.is_integer():
             value = int(value)
-        if isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):
-            value = int(value)
+        if isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]+", value.strip()):
+            try:
+                value = int(value.strip())
+            except ValueError:  # more digits than int() converts (sys.get_int_max_str_digits)
+                raise ConfigError(f"{option} is too large; got {value[:40]!r}...", option=option) from None
         if not isinstance(value, int):
             raise ConfigError(f"{option} must be an integer; got {value!r}", option=option)
         if value < lo or (hi is not None and value > hi):
@@ -204,7 +213,10 @@ def _parse_path(value: Any, option: str) -> str:
 
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
-    return _parse_str(value, option)
+    text = _parse_str(value, option)
+    if "\x00" in text:
+        raise ConfigError(f"{option} must not contain a NUL character", option=option)
+    return text
 
 
 def _parse_secret(value: Any, option: str) -> Secret:

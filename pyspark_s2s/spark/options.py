@@ -67,6 +67,8 @@ def _location(value: Any, option: str) -> str:
         raise ConfigError(f"{option} must be a path or a filesystem URI (file://, hdfs://, s3://, gs://)",
                           option=option)
     text = value.strip()
+    if "\x00" in text:  # os.path.expanduser would raise a bare ValueError
+        raise ConfigError(f"{option} must not contain a NUL character", option=option)
     if "://" not in text:
         text = os.path.abspath(os.path.expanduser(text))
     return text.rstrip("/") or "/"
