@@ -335,7 +335,10 @@ def parse_peer_file(
             fields.pop()
         if len(fields) not in (3, 4) or not fields[0] or not _JAVA_INT.fullmatch(fields[1]):
             continue
-        port = int(fields[1])
+        digits = fields[1].lstrip("+-").lstrip("0")
+        if len(digits) > 5:  # no port (and int() refuses texts of more than 4300 digits)
+            continue
+        port = -int(digits or "0") if fields[1][0] == "-" else int(digits or "0")
         if not 0 < port < 65536:
             continue
         query = len(fields) == 4 and fields[3].lower() == "true"
