@@ -140,7 +140,7 @@ def _int_or_none(value: Any, what: str) -> int | None:
         return None
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: int(1e999)
         raise AdminError(400, f"{what} must be an integer") from None
 
 

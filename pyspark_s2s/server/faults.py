@@ -58,7 +58,7 @@ class Fault:
         count = body.get("count", 1)
         node = body.get("node")
         try:
-            return cls(
+            fault = cls(
                 kind=kind,
                 node=None if node is None else int(node),
                 method=(str(match["method"]).upper() if match.get("method") else None),
@@ -69,8 +69,14 @@ class Fault:
                 after_packets=int(body.get("after_packets", 1)),
                 after_bytes=int(body.get("after_bytes", 1)),
             )
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: int(1e999)
             raise ConfigError(f"invalid fault: {exc}", option="fault") from None
+        # refused here, not when the fault fires (time.sleep(inf), `5 in path` raise there)
+        if not 0.0 <= fault.seconds < float("inf"):
+            raise ConfigError("seconds must be a finite, non-negative number", option="seconds")
+        if fault.path_contains is not None and not isinstance(fault.path_contains, str):
+            raise ConfigError("match.path_contains must be a string", option="match")
+        return fault
 
     def matches(self, node: int, method: str, path: str) -> bool:
         if self.node is not None and self.node != node:
