@@ -232,6 +232,9 @@ class S2SHandler(BaseHTTPRequestHandler):
     """One connection; each request goes through :meth:`_handle`."""
 
     protocol_version = "HTTP/1.1"
+    #: a request line that cannot be parsed is answered with an HTTP/1.1 status line, as Jetty
+    #: answers it (400 and close), not as an HTTP/0.9 body without one
+    default_request_version = "HTTP/1.1"
     server_version = "pyspark-s2s"
     sys_version = ""
     timeout = 300
@@ -240,6 +243,12 @@ class S2SHandler(BaseHTTPRequestHandler):
     # -- plumbing ------------------------------------------------------------------------------
     def version_string(self) -> str:
         return self.server_version
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        # errors the stdlib answers (bad request line, header too long): the status line gets
+        # the standard reason phrase only -- the stdlib would put its detail there, with the
+        # bytes the client sent -- and the detail goes into the body
+        super().send_error(code, None, explain or message)
 
     def log_message(self, format: str, *args: Any) -> None:
         logger.debug("node %d %s - %s", self.server.node.index, self.address_string(), format % args)
@@ -261,6 +270,14 @@ class S2SHandler(BaseHTTPRequestHandler):
 
     def do_OPTIONS(self) -> None:
         self._handle("OPTIONS")
+
+    def __getattr__(self, name: str) -> Callable[[], None]:
+        # any other method (PATCH, TRACE, FOO) reaches the router too, which answers 405 on a
+        # known path and 404 elsewhere, as NiFi's JAX-RS resources do (the stdlib answers 501)
+        if name.startswith("do_") and len(name) > 3:
+            method = name[3:]
+            return lambda: self._handle(method)
+        raise AttributeError(name)
 
     @property
     def app(self) -> HandlerApp:
