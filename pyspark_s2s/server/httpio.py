@@ -29,21 +29,30 @@ class RequestBody:
 
     def __init__(self, rfile: Any, headers: Any) -> None:
         self._rfile = rfile
-        te = (headers.get("Transfer-Encoding") or "").lower()
-        self.chunked = "chunked" in te
+        # framing Jetty refuses with 400 (ambiguous framing is how requests are smuggled):
+        # more than one Content-Length, Content-Length next to Transfer-Encoding, and a
+        # Transfer-Encoding whose last coding is not chunked
+        lengths = headers.get_all("Content-Length") or []
+        codings = [c.strip().lower() for te in headers.get_all("Transfer-Encoding") or [] for c in te.split(",")]
+        codings = [c for c in codings if c]
+        if len(lengths) > 1:
+            raise ProtocolError("more than one Content-Length")
+        if codings and lengths:
+            raise ProtocolError("Transfer-Encoding and Content-Length")
+        if codings and codings[-1] != "chunked":
+            raise ProtocolError("Bad Transfer-Encoding, chunked not last")
+        self.chunked = bool(codings)
         self._chunk_left = 0
         self.done = False
         self.received = 0
         if self.chunked:
             self._remaining = -1
         else:
-            raw = headers.get("Content-Length")
-            try:
-                self._remaining = int(raw) if raw else 0
-            except ValueError:
-                raise ProtocolError(f"invalid Content-Length {raw!r}") from None
-            if self._remaining < 0:
-                raise ProtocolError(f"invalid Content-Length {raw!r}")
+            raw = (headers.get("Content-Length") or "").strip()
+            # decimal digits only: int() would also take "+5", "5_0" or "-1"
+            if raw and not (raw.isascii() and raw.isdigit()):
+                raise ProtocolError(f"invalid Content-Length {raw[:40]!r}")
+            self._remaining = int(raw) if raw else 0
             self.done = self._remaining == 0
 
     def _line(self) -> bytes:
