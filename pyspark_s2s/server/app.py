@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 
 from pyspark_s2s.server.faults import FaultRegistry
-from pyspark_s2s.server.http import NodeServer
+from pyspark_s2s.server.http import DEFAULT_IDLE_TIMEOUT, NodeServer
 from pyspark_s2s.server.model import Cluster, Node
 from pyspark_s2s.server.tls import AccessPolicy
 
@@ -39,8 +39,10 @@ class ServerApp:
         ssl_context: ssl.SSLContext | None = None,
         policy: AccessPolicy | None = None,
         base_port: int = 0,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
     ) -> None:
         self.cluster = cluster
+        self.idle_timeout = idle_timeout
         self.ssl_context = ssl_context
         self.policy = policy or AccessPolicy()
         self.base_port = base_port
@@ -86,7 +88,9 @@ class ServerApp:
 
     def _bind(self, node: Node) -> Node:
         with self._lifecycle:
-            server = NodeServer((self.cluster.host, node.port_number), self, node, self.ssl_context)
+            server = NodeServer(
+                (self.cluster.host, node.port_number), self, node, self.ssl_context, self.idle_timeout
+            )
             node.port_number = int(server.server_address[1])
             node.url = f"{self.scheme}://{_advertised(self.cluster.host)}:{node.port_number}/nifi"
             node.host = _advertised(self.cluster.host)

@@ -62,6 +62,17 @@ def _whole(minimum: int, what: str, maximum: int | None = None) -> Any:
     return parse
 
 
+def _seconds(value: str) -> float:
+    """An argparse type: a positive number of seconds (fractions allowed)."""
+    try:
+        n = float(value)
+    except ValueError:
+        n = 0.0
+    if not n > 0 or n == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {value!r}")
+    return n
+
+
 _non_negative = _whole(0, "a whole number >= 0")
 _positive = _whole(1, "a whole number >= 1")
 #: every node is a listening socket and threads in this one process
@@ -90,6 +101,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="queue FlowFiles committed into INPUT on OUTPUT (same node); repeatable")
     p.add_argument("--ttl", type=_positive, default=30, metavar="SECONDS",
                    help="transaction TTL in seconds (default 30, NiFi's default)")
+    p.add_argument("--idle-timeout", type=_seconds, default=30.0, metavar="SECONDS",
+                   help="close a connection that sends no complete request head (request line and "
+                        "headers) within SECONDS of connecting or of its last answer; default 30, "
+                        "Jetty's idle timeout")
     p.add_argument("--tls", metavar="DIR",
                    help="serve HTTPS; key material is read from DIR or generated there")
     p.add_argument("--allow", action="append", default=[], metavar="PORT=DN",
@@ -173,7 +188,7 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
               f"client.p12 + client.p12.password, denied.*)", flush=True)
     elif args.allow:
         raise UsageError("--allow needs --tls")
-    app = ServerApp(cluster, ssl_context=ctx, policy=policy, base_port=args.port)
+    app = ServerApp(cluster, ssl_context=ctx, policy=policy, base_port=args.port, idle_timeout=args.idle_timeout)
     return app, material
 
 

@@ -94,11 +94,13 @@ class HandlerApp(admin.AdminApp, Protocol):
 
     def run_later(self, action: Callable[[], object]) -> None: ...
 
-__all__ = ["NO_CACHE", "ChunkedWriter", "HandlerApp", "NodeServer", "RequestBody", "S2SHandler"]
+__all__ = ["DEFAULT_IDLE_TIMEOUT", "NO_CACHE", "ChunkedWriter", "HandlerApp", "NodeServer", "RequestBody", "S2SHandler"]
 
 logger = logging.getLogger(__name__)
 
 NO_CACHE = "private, no-cache, no-store, no-transform"
+#: seconds a connection may stay silent or take to send a request head (Jetty's default idle timeout)
+DEFAULT_IDLE_TIMEOUT = 30.0
 UPLOAD_INLINE_LIMIT = 64 * 1024
 #: a download takes up to this many FlowFiles / bytes from the queue at once
 DOWNLOAD_BATCH = 4096
@@ -163,7 +165,13 @@ def _write_flowfiles(out: ChunkedWriter, encoder: PacketStreamEncoder, flowfiles
 
 
 class NodeServer(ThreadingHTTPServer):
-    """The listener of one node. TLS handshakes run in the connection's own thread."""
+    """The listener of one node. TLS handshakes run in the connection's own thread.
+
+    A connection has ``idle_timeout`` seconds to send each request head (request line and
+    headers), counted from the end of the previous answer; a client that says nothing, or
+    trickles its headers (slowloris), is then closed by a watchdog thread, as Jetty closes a
+    connection after its idle timeout (30 s by default). Bodies are not limited by it.
+    """
 
     daemon_threads = True
     allow_reuse_address = True
@@ -175,13 +183,60 @@ class NodeServer(ThreadingHTTPServer):
         app: HandlerApp,
         node: Node,
         ssl_context: ssl.SSLContext | None,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
     ) -> None:
         self.app = app
         self.node = node
         self.ssl_context = ssl_context
+        self.idle_timeout = idle_timeout
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()
+        #: connection -> when its request head must be complete; the watchdog closes latecomers
+        self._deadlines: dict[socket.socket, float] = {}
+        self._late: set[socket.socket] = set()
+        self._closing = threading.Event()
         super().__init__(address, S2SHandler)
+        self._watchdog = threading.Thread(
+            target=self._watch, name=f"s2s-node-{node.index}-idle", daemon=True
+        )
+        self._watchdog.start()
+
+    # -- request head deadlines ---------------------------------------------------------------
+    def expect_head(self, conn: socket.socket) -> None:
+        """``conn`` starts waiting for a request head: it must be complete within the idle timeout."""
+        with self._conns_lock:
+            self._deadlines[conn] = time.monotonic() + self.idle_timeout
+
+    def head_done(self, conn: socket.socket) -> bool:
+        """The request head of ``conn`` is read: False if the watchdog closed it meanwhile."""
+        with self._conns_lock:
+            if self._deadlines.pop(conn, None) is not None:
+                return True
+            late = conn in self._late
+            self._late.discard(conn)
+            return not late
+
+    def _watch(self) -> None:
+        interval = min(0.5, self.idle_timeout / 4)
+        while not self._closing.wait(interval):
+            now = time.monotonic()
+            with self._conns_lock:
+                late = [c for c, deadline in self._deadlines.items() if deadline <= now]
+                for conn in late:
+                    del self._deadlines[conn]
+                    self._late.add(conn)
+            for conn in late:
+                logger.debug("node %d: closing a connection idle for %g s", self.node.index, self.idle_timeout)
+                try:
+                    # the plain socket's shutdown, also under TLS: the handler thread owns the
+                    # SSL object; its blocked read returns at once
+                    socket.socket.shutdown(conn, socket.SHUT_RDWR)
+                except OSError:
+                    logger.debug("shutdown of an idle connection failed", exc_info=True)
+
+    def server_close(self) -> None:
+        self._closing.set()
+        super().server_close()
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         # headers and body leave in separate writes: without TCP_NODELAY, Nagle plus the
@@ -207,6 +262,8 @@ class NodeServer(ThreadingHTTPServer):
         finally:
             with self._conns_lock:
                 self._conns.discard(conn)
+                self._deadlines.pop(conn, None)
+                self._late.discard(conn)
             if conn is not request:
                 try:
                     conn.close()
@@ -243,6 +300,22 @@ class S2SHandler(BaseHTTPRequestHandler):
     # -- plumbing ------------------------------------------------------------------------------
     def version_string(self) -> str:
         return self.server_version
+
+    def handle_one_request(self) -> None:
+        self.server.expect_head(self.connection)
+        try:
+            super().handle_one_request()
+        finally:
+            self.server.head_done(self.connection)
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        if not self.server.head_done(self.connection):
+            # the watchdog closed the connection while its head trickled in: what was read is
+            # not a request
+            self.close_connection = True
+            return False
+        return ok
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         # errors the stdlib answers (bad request line, header too long): the status line gets
