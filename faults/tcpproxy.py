@@ -218,7 +218,8 @@ class Proxy:
         base = conn.sent["up"] - len(conn.tail)  # stream offset of window[0]
         for rule in rules:
             assert rule.match is not None
-            m = rule.match.search(window)
+            # only a match that ends in the new bytes: the old ones were forwarded already
+            m = next((m for m in rule.match.finditer(window) if m.end() > len(conn.tail)), None)
             if m is not None:
                 self._arm(conn, rule, base + m.end())
         conn.tail = window[-MATCH_WINDOW:]

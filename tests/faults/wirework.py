@@ -23,7 +23,12 @@ from typing import Any
 from faults.harness import FaultServer, Ledger, flowfile, id_of
 from pyspark_s2s.client import SiteToSiteClient
 from pyspark_s2s.client.transaction import ReceiveTransaction, SendTransaction
-from pyspark_s2s.errors import ChecksumMismatch, S2SError, TransactionNotFoundError
+from pyspark_s2s.errors import (
+    ChecksumMismatch,
+    S2SError,
+    TransactionNotFoundError,
+    TransactionStateError,
+)
 
 __all__ = [
     "Receiver",
@@ -59,7 +64,7 @@ def wait_until(check: Callable[[], Any], timeout: float = 20.0, what: str = "con
 class Sender:
     """Sends batches of ids, each in one transaction, retrying a failed batch whole.
 
-    A failure in ``complete()`` (the commit DELETE) is *ambiguous*: the server may have committed
+    A commit DELETE that failed without an answer is *ambiguous*: the server may have committed
     before the answer was lost, so the retry may duplicate that batch; those batches are listed
     in ``ambiguous``. ``gate`` (set by default) must be set before each retry, so a test can hold
     the workload while it looks at the server.
@@ -72,6 +77,8 @@ class Sender:
     ambiguous: list[list[str]] = field(default_factory=list)
     backoffs: int = 0
     transactions: int = 0
+    #: the peer (API URL) of every committed transaction, in order
+    peers: list[str] = field(default_factory=list)
     gate: threading.Event = field(default_factory=threading.Event)
     #: called with (phase, transaction) at "upload" (after the first FlowFile) and "confirmed"
     hook: Callable[[str, SendTransaction], None] | None = None
@@ -99,6 +106,7 @@ class Sender:
                     phase = "commit"
                     completion = tx.complete()
                 self.transactions += 1
+                self.peers.append(completion.peer)
                 if completion.backoff:
                     # 14: committed, but the destination is full: yield before the next batch
                     self.backoffs += 1
@@ -106,7 +114,7 @@ class Sender:
                 return
             except S2SError as exc:
                 self.failures.append(f"{phase}: {type(exc).__name__}: {exc}")
-                if phase == "commit":
+                if phase == "commit" and _unanswered(exc):
                     self.ambiguous.append(list(ids))
                 if time.monotonic() > deadline:
                     raise
@@ -140,6 +148,8 @@ class Receiver:
     kept_unsettled: list[str] = field(default_factory=list)
     dropped: int = 0  #: FlowFiles received but not confirmed (dropped, received again later)
     transactions: int = 0
+    #: the peer (API URL) of every confirmed transaction, in order
+    peers: list[str] = field(default_factory=list)
     empty: int = 0
     gate: threading.Event = field(default_factory=threading.Event)
     #: called with (packets so far, transaction) after each packet, and with (-1, tx) before confirm
@@ -167,15 +177,15 @@ class Receiver:
                     self.empty += 1
                     return 0
                 handle = tx.handle()
-                received_at = time.monotonic()
                 if self.hook is not None:
                     self.hook(-1, tx)
+                received_at = time.monotonic()
                 phase = "confirm"
                 try:
                     tx.confirm()
-                except ChecksumMismatch:
-                    raise
                 except S2SError as exc:
+                    if not _unanswered(exc):
+                        raise  # answered (bad checksum 400/19, expired 404, ...): rolled back
                     self.failures.append(f"confirm: {type(exc).__name__}: {exc}")
                     if not self._settle(handle, received_at, tx.ttl_seconds, ids):
                         return 0
@@ -187,6 +197,7 @@ class Receiver:
             self.dropped += len(ids)
             return 0
         self.transactions += 1
+        self.peers.append(tx.peer_url)
         self.ledger.record(ids)
         return len(ids)
 
@@ -224,10 +235,18 @@ class Receiver:
                 self.gate.wait(RETRY_SECONDS)
 
 
+def _unanswered(exc: S2SError) -> bool:
+    """Whether a commit/confirm request failed without an answer: it may have been carried out
+    (a failure raised before the request, TransactionStateError, or any HTTP answer is not)."""
+    return not isinstance(exc, TransactionStateError) and exc.http_status is None
+
+
 def outcomes(srv: FaultServer) -> Counter[str]:
-    """Outcome of every transaction the live server remembers (``None`` = still open)."""
+    """How many transactions the live server remembers, by direction and outcome (``open:<state>``
+    while open); receives that found no data are counted apart (they only expire)."""
     return Counter(
-        f"{t['direction']} {t['outcome'] if t['outcome'] is not None else 'open:' + t['state']}"
+        f"{t['direction']} {'(no data) ' if t['flowFiles'] == 0 and t['direction'] == 'receive' else ''}"
+        f"{t['outcome'] if t['outcome'] is not None else 'open:' + t['state']}"
         for t in srv.admin.transactions())
 
 
