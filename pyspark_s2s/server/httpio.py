@@ -52,7 +52,10 @@ class RequestBody:
             # decimal digits only: int() would also take "+5", "5_0" or "-1"
             if raw and not (raw.isascii() and raw.isdigit()):
                 raise ProtocolError(f"invalid Content-Length {raw[:40]!r}")
-            self._remaining = int(raw) if raw else 0
+            digits = raw.lstrip("0")  # int() refuses texts of more than 4300 digits
+            if len(digits) > 18:  # beyond a Java long
+                raise ProtocolError(f"invalid Content-Length {raw[:40]!r}... (too large)")
+            self._remaining = int(digits or "0")
             self.done = self._remaining == 0
 
     def _line(self) -> bytes:
