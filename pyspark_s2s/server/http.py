@@ -905,7 +905,7 @@ class S2SHandler(BaseHTTPRequestHandler):
                     with cluster.lock:
                         batch = port.pop_many(limit, max_bytes)
                     sent.extend(batch)
-            out.close()
+            out.flush()  # every packet is out; only the end of the body is not
         except BaseException:
             cluster.fail(tx, "download connection broke", sent)
             self.close_connection = True
@@ -913,10 +913,21 @@ class S2SHandler(BaseHTTPRequestHandler):
         checksum = encoder.checksum
         if fault is not None and fault.kind == "corrupt_checksum":
             checksum = (checksum + 1) & 0xFFFFFFFF
+        # hold the transaction before the body ends: a client sends its commit the moment it
+        # reads the last chunk (NiFi holds it inside the streaming write, too); held after the
+        # end, that commit could find the transaction still TRANSFERRING and get a 500
         try:
             cluster.end_transfer(tx, sent, checksum)
         except TransactionStateError:
             cluster.fail(tx, "transaction ended during the download", sent)
+        try:
+            out.close()
+        except BaseException:
+            with cluster.lock:
+                if tx.held:  # not committed meanwhile: the client cannot have read the end
+                    cluster.fail(tx, "download connection broke", sent)
+            self.close_connection = True
+            raise
 
     def _commit(
         self, direction: Direction, port_id: str, tx_id: str, query: dict[str, list[str]]
