@@ -6,7 +6,7 @@ and number tweaks, tokens such as deep JSON nesting or 5000-digit numbers) plus 
 and checks one invariant per input: the target parses it, or raises the error its module
 documents (an :class:`~pyspark_s2s.errors.S2SError` subclass, named per target below), nothing
 else. Each input must also finish within ``--deadline`` seconds (a watchdog reports a hang and
-interrupts it) and the process's peak resident memory must stay within ``--max-rss-mb`` (the
+interrupts it) and the process's peak resident memory must stay within ``--max-rss-mb`` (512; the
 decoders are run with small limits and also checked against their documented buffer bounds).
 
 Every input is reproducible on its own: input ``i`` of target ``t`` comes from
@@ -1122,13 +1122,13 @@ def run_fuzz(
     *,
     targets: Sequence[Target] | None = None,
     deadline: float = 10.0,
-    max_rss_mb: int = 1024,
+    max_rss_mb: int = 512,
     first_index: int = 0,
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
 ) -> FuzzReport:
-    """Run ``inputs`` inputs in total, split evenly over ``targets`` (default: all), seeded."""
+    """Run at least ``inputs`` inputs in total, split evenly over ``targets`` (default: all), seeded."""
     chosen = list(TARGETS if targets is None else targets)
-    per_target = max(1, inputs // len(chosen))
+    per_target = max(1, -(-inputs // len(chosen)))  # rounded up: at least ``inputs`` in all
     report = FuzzReport(seed, baseline_rss_kib=_status_kib("VmRSS:"), max_rss_kib=max_rss_mb * 1024)
     started = time.monotonic()
     with _Watchdog(deadline, log) as watchdog:
@@ -1189,7 +1189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--target", action="append", help="only this target (repeatable); see --list")
     parser.add_argument("--index", type=int, default=None, help="replay this one input index (with --target)")
     parser.add_argument("--deadline", type=float, default=10.0, help="seconds one input may take (hang bound)")
-    parser.add_argument("--max-rss-mb", type=int, default=1024, help="peak resident memory bound")
+    parser.add_argument("--max-rss-mb", type=int, default=512, help="peak resident memory bound")
     parser.add_argument("--list", action="store_true", help="list the targets and exit")
     args = parser.parse_args(argv)
     if args.list:
