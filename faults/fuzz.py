@@ -15,8 +15,8 @@ Every input is reproducible on its own: input ``i`` of target ``t`` comes from
 
 Owns: the target table (:data:`TARGETS`), the mutator and the runner (:func:`run_fuzz`).
 Must not import: tests/, the fault harness (no server process is started: the server's request
-parsers are called directly, on stub requests). Imports pyspark (the Spark options parser)
-and pyarrow (the client's Arrow receive path).
+parsers are called directly, on stub requests). Imports pyspark (through the Spark options
+parser's package) and pyarrow (the client's Arrow receive path).
 """
 
 from __future__ import annotations

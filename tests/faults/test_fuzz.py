@@ -486,3 +486,34 @@ def test_violations_are_reported_with_their_input(name: str, monkeypatch: pytest
     assert first.target == name and first.seed == 1 and "KeyError" in first.problem
     assert first.data[:1] == b"\x00" and first.data == fuzz.input_for(target, 1, first.index)[0]
     assert f"--index {first.index}" in lines[0] and first.data[:8].hex() in lines[0]
+
+
+def test_a_hang_is_reported_and_interrupted() -> None:
+    """An input that runs past the deadline is reported (target, seed, index, input) and
+    interrupted by the watchdog; the run goes on with the next input."""
+    import dataclasses
+    import time
+
+    def hangs(data: bytes) -> bool:
+        return zlib.crc32(data) % 2 == 0
+
+    def sometimes_hangs(data: bytes, rng: random.Random) -> object:
+        if hangs(data):
+            end = time.monotonic() + 30.0  # far beyond the deadline: only the watchdog ends it
+            while time.monotonic() < end:
+                time.sleep(0.01)
+        return len(data)
+
+    target = dataclasses.replace(TARGETS_BY_NAME["codec.PacketDecoder"], run=sometimes_hangs)
+    lines: list[str] = []
+    from faults import fuzz
+
+    report = fuzz.run_fuzz(6, seed=3, targets=[target], deadline=0.5, log=lines.append)
+    zero = [i for i in range(6) if hangs(fuzz.input_for(target, 3, i)[0])]
+    assert zero and len(zero) < 6
+    # "hang" (interrupted by the watchdog), not "slow" (an input that ended late by itself)
+    hung = [v for v in report.violations if v.problem.startswith("hang")]
+    assert [v.index for v in hung] == zero and report.violations == hung
+    assert report.stats[0].inputs == 6 and report.stats[0].parsed == 6 - len(zero)  # the run went on
+    assert [line.split(" (")[0] for line in lines if line.startswith("HANG")] == [
+        f"HANG target=codec.PacketDecoder index={i}" for i in zero]
