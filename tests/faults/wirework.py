@@ -28,6 +28,7 @@ from pyspark_s2s.errors import (
     S2SError,
     TransactionNotFoundError,
     TransactionStateError,
+    TransportError,
 )
 
 __all__ = [
@@ -49,14 +50,16 @@ def batches_of(prefix: str, count: int, batch: int) -> list[list[str]]:
     return [ids[i : i + batch] for i in range(0, count, batch)]
 
 
-def wait_until(check: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
+def wait_until(check: Callable[[], Any], timeout: float = 20.0, what: str | Callable[[], str] = "condition") -> Any:
+    """Poll ``check`` until it is true; ``what`` (text, or a function giving it at the time-out)
+    names it in the AssertionError."""
     deadline = time.monotonic() + timeout
     while True:
         value = check()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what() if callable(what) else what}")
         time.sleep(0.05)
 
 
@@ -236,9 +239,13 @@ class Receiver:
 
 
 def _unanswered(exc: S2SError) -> bool:
-    """Whether a commit/confirm request failed without an answer: it may have been carried out
-    (a failure raised before the request, TransactionStateError, or any HTTP answer is not)."""
-    return not isinstance(exc, TransactionStateError) and exc.http_status is None
+    """Whether a commit/confirm request failed without an answer after it may have reached the
+    server, so it may have been carried out. Not so: a failure raised before the request
+    (TransactionStateError), any HTTP answer, or a refused connection (the client's
+    ``Cannot connect to ...`` TransportError: the request never left)."""
+    if isinstance(exc, TransactionStateError) or exc.http_status is not None:
+        return False
+    return not (isinstance(exc, TransportError) and exc.message.startswith("Cannot connect to "))
 
 
 def outcomes(srv: FaultServer) -> Counter[str]:

@@ -1,0 +1,187 @@
+"""Fault case 2 of issue 11: a cluster node lost mid-transaction, then back.
+
+Two ways a node goes, as users meet them:
+
+* **stopped, then started** (``stop_node``/``start_node``): the node crashes or is restarted; it
+  leaves the peer list, its open transactions roll back, its queues stay with it and are served
+  again once it is back;
+* **removed, then a node added** (``remove_node``/``add_node``): the node is decommissioned. The
+  reference server deletes a removed node's queues, as its docs say; NiFi offloads a node's
+  FlowFiles to the other nodes before it may be deleted, so the test does the same (stop, drain
+  its queues into node 0 through the admin API, remove) and then adds a fresh node.
+
+In both, a send and a receive are held in flight on the node when it goes; the client must fail
+over to the other nodes (peer list refreshed every second), and every id must arrive exactly once.
+
+Owns: these cases. Must not import: pyspark.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from wirework import (
+    Receiver,
+    Sender,
+    batches_of,
+    case_report,
+    run_thread,
+    settle_transactions,
+    wait_until,
+)
+
+from faults.harness import FaultServer, Ledger, flowfile
+from pyspark_s2s.client.transaction import ReceiveTransaction, SendTransaction
+
+CLIENT: dict[str, Any] = {"timeout": 5, "penalization_period": 0.5, "peer_refresh_interval": 1}
+
+
+class _Holder:
+    """Holds the first send and the first receive that land on node ``url`` in flight (the
+    application pauses mid-upload / mid-download) until :meth:`release`."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.send_held = threading.Event()
+        self.receive_held = threading.Event()
+        self.released = threading.Event()
+        self.held: dict[str, str] = {}
+
+    def on_send(self, phase: str, tx: SendTransaction) -> None:
+        if phase == "upload" and tx.peer_url == self.url and not self.send_held.is_set():
+            self.held["send"] = tx.transaction_id
+            self.send_held.set()
+            self.released.wait(30)
+
+    def on_receive(self, n: int, tx: ReceiveTransaction) -> None:
+        if n == 5 and tx.peer_url == self.url and not self.receive_held.is_set():
+            self.held["receive"] = tx.transaction_id
+            self.receive_held.set()
+            self.released.wait(30)
+
+    def wait(self) -> None:
+        assert self.send_held.wait(30) and self.receive_held.wait(30), self.held
+
+    def release(self) -> None:
+        self.released.set()
+
+
+def _api(url: str) -> str:
+    return url.rsplit("/nifi", 1)[0] + "/nifi-api"
+
+
+def _node(srv: FaultServer, index: int) -> dict[str, Any]:
+    return next(n for n in srv.admin.nodes() if n["index"] == index)
+
+
+def _workload(srv: FaultServer, prefix: str) -> tuple[Ledger, list[list[str]]]:
+    """900 ids to send in batches of 25, and 60 ids already queued on each node's output port
+    (so that a receive meets data on every node from the start)."""
+    ledger = Ledger()
+    batches = batches_of(prefix, 900, 25)
+    ledger.expect(fid for b in batches for fid in b)
+    for node in range(srv.nodes):
+        queued = batches_of(f"{prefix}-queued{node}", 60, 60)[0]
+        ledger.expect(queued)
+        srv.admin.enqueue("out", [flowfile(fid, 256)[::-1] for fid in queued], node=node)
+    return ledger, batches
+
+
+def test_node_stopped_mid_transaction_then_started() -> None:
+    started = time.monotonic()
+    with FaultServer(nodes=3, ttl=3, durable=False) as srv:
+        ledger, batches = _workload(srv, "nodestop")
+        victim = _api(srv.urls[1])
+        holder = _Holder(victim)
+        with srv.client("in", **CLIENT) as cin, srv.client("out", batch_count=50, **CLIENT) as cout:
+            sender = Sender(cin, hook=holder.on_send)
+            receiver = Receiver(cout, ledger, hook=holder.on_receive)
+            send_thread, send_errors = run_thread(lambda: sender.send_all(batches), "cluster-sender")
+            recv_thread, recv_errors = run_thread(lambda: receiver.receive_until_done(90), "cluster-receiver")
+            holder.wait()
+            srv.admin.stop_node(1)  # answered first, done right after
+            wait_until(lambda: not _node(srv, 1)["alive"] and _node(srv, 1)["activeTransactions"] == 0,
+                       what="node 1 to stop and roll back its transactions")
+            down_from = (len(sender.peers), len(receiver.peers))
+            holder.release()
+            # the workload goes on without node 1 for a while
+            wait_until(lambda: (len(sender.peers) >= down_from[0] + 3 or not send_thread.is_alive())
+                       and len(receiver.peers) >= down_from[1] + 1,
+                       what=lambda: f"the workload to go on over the other nodes (from {down_from}: "
+                            f"{len(sender.peers)} sends, {len(receiver.peers)} receives, "
+                            f"failures {sender.failures[-1:]} {receiver.failures[-1:]}, errors {send_errors} {recv_errors}, alive {send_thread.is_alive()} {recv_thread.is_alive()} {ledger.summary()} {sender.transactions})")
+            queued_on_down_node = _node(srv, 1)["queued"]
+            srv.admin.start_node(1)
+            send_thread.join(90)
+            recv_thread.join(90)
+            assert not send_thread.is_alive() and not send_errors, send_errors
+            assert not recv_thread.is_alive() and not recv_errors, recv_errors
+        history = {t["id"]: t for t in srv.admin.transactions()}
+        held_outcomes = {k: history[v]["outcome"] for k, v in holder.held.items()}
+        served_after_start = sum(1 for t in history.values() if t["node"] == 1 and t["outcome"] == "committed"
+                                 and t["direction"] == "receive" and t["createdAt"] > 0)
+        settle_transactions(srv)
+        case_report("cluster node stopped mid-transaction, then started", ledger, srv, started,
+                    held_on_stopped_node=held_outcomes, queued_on_stopped_node=queued_on_down_node,
+                    send_failures=len(sender.failures), receive_failures=len(receiver.failures),
+                    receive_dropped=receiver.dropped, settled=dict(receiver.settled), example_failures=sender.failures[:2] + receiver.failures[:2])
+    # the held transactions were rolled back with the node, and the client failed over
+    assert all(o is not None and o.startswith("failed") for o in held_outcomes.values()), held_outcomes
+    assert sender.peers[down_from[0]:] and victim not in sender.peers[down_from[0] : down_from[0] + 3]
+    assert victim not in receiver.peers[down_from[1] : down_from[1] + 1]
+    assert served_after_start >= 1
+    assert ledger.lost() == set() and ledger.unexpected() == set()
+    assert ledger.duplicated() == 0 and not sender.ambiguous
+
+
+def test_node_removed_mid_transaction_then_one_added() -> None:
+    started = time.monotonic()
+    with FaultServer(nodes=3, ttl=3, durable=False) as srv:
+        ledger, batches = _workload(srv, "noderm")
+        after = batches_of("noderm-after", 250, 25)
+        ledger.expect(fid for b in after for fid in b)
+        victim = _api(srv.urls[1])
+        holder = _Holder(victim)
+        with srv.client("in", **CLIENT) as cin, srv.client("out", batch_count=50, **CLIENT) as cout:
+            sender = Sender(cin, hook=holder.on_send)
+            receiver = Receiver(cout, ledger, hook=holder.on_receive)
+            send_thread, send_errors = run_thread(lambda: sender.send_all(batches), "cluster-sender")
+            recv_thread, recv_errors = run_thread(lambda: receiver.receive_until_done(90), "cluster-receiver")
+            holder.wait()
+            # decommission node 1 as NiFi does: disconnect, offload its FlowFiles, delete
+            srv.admin.stop_node(1)
+            wait_until(lambda: not _node(srv, 1)["alive"] and _node(srv, 1)["activeTransactions"] == 0,
+                       what="node 1 to stop and roll back its transactions")
+            holder.release()
+            offloaded = srv.admin.flowfiles("out", node=1, drain=True)
+            if offloaded:
+                srv.admin.enqueue("out", [(ff["attributes"], ff["content"]) for ff in offloaded], node=0)
+            assert srv.admin.flowfiles("in", node=1) == []  # routed: nothing stays on the input port
+            srv.admin.remove_node(1)
+            wait_until(lambda: all(n["index"] != 1 for n in srv.admin.nodes()), what="node 1 to go")
+            added = srv.admin.add_node()
+            new_url = _api(added["url"])
+            send_thread.join(90)
+            # the client finds the new node through the peer list (refreshed every second) and
+            # sends there: SEND weights favour the emptiest node
+            wait_until(lambda: any(p.api_url == new_url for p, _ in cin.peer_statuses("send", refresh=True)),
+                       what="the client to list the added node")
+            sender.send_all(after)
+            send_thread.join(90)
+            recv_thread.join(90)
+            assert not send_thread.is_alive() and not send_errors, send_errors
+            assert not recv_thread.is_alive() and not recv_errors, recv_errors
+        history = {t["id"]: t for t in srv.admin.transactions()}
+        held_outcomes = {k: history[v]["outcome"] for k, v in holder.held.items() if v in history}
+        settle_transactions(srv)
+        case_report("cluster node removed mid-transaction (offloaded first), then a node added", ledger, srv,
+                    started, held_on_removed_node=held_outcomes, offloaded=len(offloaded),
+                    sends_on_added_node=sender.peers.count(new_url),
+                    receives_on_added_node=receiver.peers.count(new_url),
+                    send_failures=len(sender.failures), receive_failures=len(receiver.failures))
+    assert ledger.lost() == set() and ledger.unexpected() == set()
+    assert ledger.duplicated() == 0 and not sender.ambiguous
+    assert all(o is not None and o.startswith("failed") for o in held_outcomes.values()), held_outcomes
+    assert new_url in sender.peers and receiver.peers.count(new_url) >= 1
