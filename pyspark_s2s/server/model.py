@@ -484,6 +484,9 @@ class Transaction:
     outcome: str | None = None
     finished_wall: float | None = None
     result_code: int | None = None
+    #: how many FlowFiles it moved, once finished (the history keeps no FlowFile: their content
+    #: would stay in memory as long as the last 10,000 transactions are remembered)
+    finished_count: int | None = None
 
     @property
     def state(self) -> ServerState:
@@ -505,7 +508,7 @@ class Transaction:
             "portId": self.port.id,
             "direction": "send" if self.direction is Direction.SEND else "receive",
             "state": self.state.name,
-            "flowFiles": len(self.flowfiles),
+            "flowFiles": len(self.flowfiles) if self.finished_count is None else self.finished_count,
             "bytes": self.bytes,
             "checksum": self.checksum,
             "outcome": self.outcome,
@@ -670,6 +673,8 @@ class Cluster:
         tx.machine.handle(event)
         tx.outcome = outcome
         tx.finished_wall = time.time()
+        tx.finished_count = len(tx.flowfiles)
+        tx.flowfiles = []
         node = self.node(tx.node)
         if node is not None:
             node.transactions.pop(tx.id, None)
@@ -789,6 +794,7 @@ class Cluster:
                         ff.release()
                 else:
                     tx.port.push_front(tx.flowfiles)
+                tx.flowfiles = []
                 return
             self._rollback(tx)
             self._finish(tx, ServerEvent.FAIL, f"failed: {reason}")
