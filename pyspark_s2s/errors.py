@@ -33,6 +33,7 @@ __all__ = [
     "HTTPStatusError",
     "HandshakeError",
     "NoPeerAvailableError",
+    "PeerUnreachableError",
     "PortDestinationFullError",
     "PortNotRunningError",
     "ProtocolError",
@@ -225,6 +226,13 @@ class TransportError(S2SError, OSError):
 
 class S2STimeoutError(TransportError):
     """A request did not complete within the configured timeout."""
+
+
+class PeerUnreachableError(TransportError):
+    """No connection to the peer could be made (refused): the request was never sent, so
+    nothing it asked for happened. A commit or confirm failing so was not carried out, unlike
+    one whose connection broke after it was sent (a plain :class:`TransportError`, outcome
+    unknown)."""
 
 
 class HTTPStatusError(S2SError):

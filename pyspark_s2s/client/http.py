@@ -38,7 +38,13 @@ from urllib3.exceptions import (
 from urllib3.util import Timeout, parse_url
 
 from pyspark_s2s.client.config import SiteToSiteClientConfig
-from pyspark_s2s.errors import ConfigError, S2SError, S2STimeoutError, TransportError
+from pyspark_s2s.errors import (
+    ConfigError,
+    PeerUnreachableError,
+    S2SError,
+    S2STimeoutError,
+    TransportError,
+)
 from pyspark_s2s.protocol.urls import format_host
 
 __all__ = ["MAX_ERROR_BODY", "HttpTransport", "Response", "build_ssl_context"]
@@ -185,6 +191,8 @@ class HttpTransport:
         self._proxy_checked = False  # a request went through the proxy (auth state known)
         self._managers: dict[bool, urllib3.PoolManager] = {}
         self._closed = False
+        #: origins (scheme://host:port) that answered a request over HTTP(S)
+        self._answered: set[str] = set()
 
     # -- managers --------------------------------------------------------------------------
     @property
@@ -288,6 +296,7 @@ class HttpTransport:
                 raise self._translate(exc, url, method) from None
             except (HTTPError, OSError) as exc:
                 raise self._translate(exc, url, method) from None
+            self._answered.add(_origin(url))
             if self.uses_proxy:
                 self._proxy_checked = True
             if resp.status == 407 and self.uses_proxy:
@@ -388,7 +397,8 @@ class HttpTransport:
         # urllib3 2.x makes NewConnectionError a subclass of ConnectTimeoutError: a refused
         # connection must be told apart from a real time-out before the time-out branch
         if isinstance(reason, NewConnectionError) and not _is_timeout(reason):
-            return TransportError(f"Cannot connect to {peer} for {method} {url}: {_short(reason)}", peer=peer)
+            # never sent: the caller may know that nothing happened (a refused commit or confirm)
+            return PeerUnreachableError(f"Cannot connect to {peer} for {method} {url}: {_short(reason)}", peer=peer)
         if isinstance(reason, (ReadTimeoutError, ConnectTimeoutError, socket.timeout, TimeoutError)):
             what = "connecting to" if isinstance(reason, ConnectTimeoutError) else "waiting for"
             return S2STimeoutError(
@@ -402,7 +412,10 @@ class HttpTransport:
             status = 407 if "407" in text else None
             return TransportError(f"Proxy failure on {method} {url}: {text}", peer=peer, http_status=status,
                                   retriable=status != 407)
-        return TransportError(f"{method} {url} failed: {_short(reason)}{_scheme_hint(url, reason)}", peer=peer)
+        # the wrong-scheme hint only for a peer that never answered us over HTTP: a connection
+        # that breaks in the middle of a transaction is not a scheme mistake
+        hint = "" if _origin(url) in self._answered else _scheme_hint(url, reason)
+        return TransportError(f"{method} {url} failed: {_short(reason)}{hint}", peer=peer)
 
 
 #: what an HTTPS client sees when the port speaks plain HTTP (OpenSSL's reason codes)
@@ -443,6 +456,11 @@ def _short(exc: BaseException) -> str:
     if ": " in text and text.startswith("<"):
         text = text.split(": ", 1)[1]
     return text or type(exc).__name__
+
+
+def _origin(url: str) -> str:
+    u = parse_url(url)
+    return f"{u.scheme}://{u.netloc}"
 
 
 def _peer_of(url: str) -> str:
