@@ -25,10 +25,10 @@ from pyspark_s2s.client import SiteToSiteClient
 from pyspark_s2s.client.transaction import ReceiveTransaction, SendTransaction
 from pyspark_s2s.errors import (
     ChecksumMismatch,
+    PeerUnreachableError,
     S2SError,
     TransactionNotFoundError,
     TransactionStateError,
-    TransportError,
 )
 
 __all__ = [
@@ -241,11 +241,9 @@ class Receiver:
 def _unanswered(exc: S2SError) -> bool:
     """Whether a commit/confirm request failed without an answer after it may have reached the
     server, so it may have been carried out. Not so: a failure raised before the request
-    (TransactionStateError), any HTTP answer, or a refused connection (the client's
-    ``Cannot connect to ...`` TransportError: the request never left)."""
-    if isinstance(exc, TransactionStateError) or exc.http_status is not None:
-        return False
-    return not (isinstance(exc, TransportError) and exc.message.startswith("Cannot connect to "))
+    (TransactionStateError), any HTTP answer, or a refused connection (PeerUnreachableError:
+    the request never left)."""
+    return not isinstance(exc, (TransactionStateError, PeerUnreachableError)) and exc.http_status is None
 
 
 def outcomes(srv: FaultServer) -> Counter[str]:
@@ -260,7 +258,7 @@ def outcomes(srv: FaultServer) -> Counter[str]:
 def settle_transactions(srv: FaultServer, timeout: float | None = None) -> list[dict[str, Any]]:
     """Wait until the server holds no transaction with data (an expired or failed one is rolled
     back); returns the open ones left, which may only be receives that found no data (NiFi lets
-    those expire by TTL, PROTOCOL.md §6)."""
+    those expire by TTL, docs/protocol.md §6)."""
 
     def open_with_data() -> list[dict[str, Any]]:
         return [t for t in srv.admin.transactions() if t["outcome"] is None
