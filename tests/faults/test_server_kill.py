@@ -7,6 +7,7 @@ Owns: this case only. Must not import: pyspark.
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -25,6 +26,10 @@ from faults.harness import FaultServer, Ledger
 
 def _transferring(srv: FaultServer, direction: str) -> bool:
     return any(t["state"] == "TRANSFERRING" and t["direction"] == direction for t in srv.admin.transactions())
+
+
+def _fired(srv: FaultServer, kind: str) -> bool:
+    return any(f["kind"] == kind and f["fired"] for f in srv.admin.faults())
 
 
 def test_sigkill_mid_send_and_mid_receive(tmp_path: Path) -> None:
@@ -58,9 +63,7 @@ def test_sigkill_mid_send_and_mid_receive(tmp_path: Path) -> None:
             srv.admin.fault("delay", method="DELETE", path_contains="/input-ports/", seconds=30)
             sender.gate.clear()
             thread, errors = run_thread(lambda: sender.send_batch(batches[5]), "commit-during-kill")
-            wait_until(lambda: any(t["state"] == "HELD" for t in srv.admin.transactions()),
-                       what="the send to be held")
-            time.sleep(0.2)  # the DELETE is in the server's delay now
+            wait_until(lambda: _fired(srv, "delay"), what="the commit DELETE to reach the server")
             srv.kill()
             kills.append("before-commit")
             wait_until(lambda: len(sender.ambiguous) == 1, what="the commit to fail")
@@ -76,14 +79,16 @@ def test_sigkill_mid_send_and_mid_receive(tmp_path: Path) -> None:
 
         # 3. killed while a download streams (the server stalls after 20 packets)
         rclient = srv.client("out", timeout=5, penalization_period=0.5, batch_count=100)
-        receiver = Receiver(rclient, ledger)
+        got_20 = threading.Event()
+        receiver = Receiver(rclient, ledger, hook=lambda n, tx: got_20.set() if n == 20 else None)
         try:
             assert receiver.receive_once() == 100
+            got_20.clear()
             srv.admin.fault("stall", method="GET", path_contains="/flow-files", after_packets=20, seconds=30)
             receiver.gate.clear()
             thread, errors = run_thread(lambda: receiver.receive_until_done(60), "receive-during-kill")
-            wait_until(lambda: _transferring(srv, "receive"), what="the download to stall")
-            time.sleep(0.2)
+            assert got_20.wait(20)  # the client holds 20 packets, the server stalls before the 21st
+            assert _transferring(srv, "receive")
             srv.kill()
             kills.append("mid-download")
             wait_until(lambda: receiver.failures, what="the receiver to see the kill")
@@ -109,9 +114,7 @@ def test_sigkill_mid_send_and_mid_receive(tmp_path: Path) -> None:
         try:
             receiver2.gate.clear()
             thread, errors = run_thread(lambda: receiver2.receive_once(), "confirm-during-kill")
-            wait_until(lambda: any(t["state"] == "HELD" and t["direction"] == "receive"
-                                   for t in srv.admin.transactions()), what="the receive to be held")
-            time.sleep(0.2)
+            wait_until(lambda: _fired(srv, "delay"), what="the confirm DELETE to reach the server")
             srv.kill()
             kills.append("before-confirm")
             thread.join(30)
