@@ -26,7 +26,7 @@ from typing import Any, Self
 from pyspark_s2s.client import SiteToSiteClient
 from pyspark_s2s.client.config import SiteToSiteClientConfig
 from pyspark_s2s.server.adminclient import AdminClient
-from pyspark_s2s.server.process import ServerSubprocess
+from pyspark_s2s.server.process import ServerStartError, ServerSubprocess
 
 __all__ = [
     "ID_ATTRIBUTE",
@@ -209,6 +209,19 @@ class FaultServer:
         self.admin.urls = list(self.urls)
         self.starts += 1
         return self
+
+    def start_fresh(self, attempts: int = 3) -> Self:
+        """:meth:`start` for the first time, on a new block of free ports if the server could not
+        start (another process may take a probed port before the server binds it: ``s2s serve``
+        then exits with status 1). Restarts keep their ports: use :meth:`restart`."""
+        for attempt in range(attempts):
+            try:
+                return self.start()
+            except ServerStartError:
+                if self.starts or attempt == attempts - 1:
+                    raise
+                self.base_port = free_port_block(self.nodes)
+        raise AssertionError("unreachable")
 
     @property
     def pid(self) -> int:
