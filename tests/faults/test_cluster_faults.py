@@ -28,6 +28,7 @@ from wirework import (
     batches_of,
     case_report,
     run_thread,
+    running,
     settle_transactions,
     wait_until,
 )
@@ -91,7 +92,7 @@ def _workload(srv: FaultServer, prefix: str) -> tuple[Ledger, list[list[str]]]:
 
 def test_node_stopped_mid_transaction_then_started() -> None:
     started = time.monotonic()
-    with FaultServer(nodes=3, ttl=3, durable=False) as srv:
+    with running(FaultServer(nodes=3, ttl=3, durable=False)) as srv:
         ledger, batches = _workload(srv, "nodestop")
         victim = _api(srv.urls[1])
         holder = _Holder(victim)
@@ -138,7 +139,7 @@ def test_node_stopped_mid_transaction_then_started() -> None:
 
 def test_node_removed_mid_transaction_then_one_added() -> None:
     started = time.monotonic()
-    with FaultServer(nodes=3, ttl=3, durable=False) as srv:
+    with running(FaultServer(nodes=3, ttl=3, durable=False)) as srv:
         ledger, batches = _workload(srv, "noderm")
         after = batches_of("noderm-after", 250, 25)
         ledger.expect(fid for b in after for fid in b)

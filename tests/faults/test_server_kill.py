@@ -17,6 +17,7 @@ from wirework import (
     batches_of,
     case_report,
     run_thread,
+    running,
     settle_transactions,
     wait_until,
 )
@@ -38,7 +39,7 @@ def test_sigkill_mid_send_and_mid_receive(tmp_path: Path) -> None:
     batches = batches_of("kill", 600, 50)
     ledger.expect(fid for b in batches for fid in b)
     kills: list[str] = []
-    with FaultServer(ttl=3, data_dir=tmp_path / "data") as srv:
+    with running(FaultServer(ttl=3, data_dir=tmp_path / "data")) as srv:
         client = srv.client("in", timeout=5, penalization_period=0.5)
         sender = Sender(client)
         try:

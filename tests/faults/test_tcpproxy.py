@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from wirework import wait_until
 
 from faults.tcpproxy import TcpProxy
 
@@ -71,6 +72,7 @@ def test_relays_and_cuts_upstream_after_exactly_n_bytes(sink: _Sink) -> None:
             for _ in range(100):
                 c.sendall(b"x" * 1000)
             c.recv(10)  # reset
+        wait_until(lambda: len(sink.done) == 2, 10, "the second connection to reach the sink")
         assert sink.done[1].wait(10)
         assert len(sink.received[1]) == 4000
         assert proxy.fired(rule) == 1 and proxy.stats()["accepted"] == 2

@@ -22,6 +22,7 @@ from wirework import (
     case_report,
     outcomes,
     run_thread,
+    running,
     settle_transactions,
     wait_until,
 )
@@ -36,7 +37,7 @@ CLIENT = {"timeout": 5, "penalization_period": 0.5}
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[FaultServer]:
-    with FaultServer(ttl=TTL, durable=False) as srv:
+    with running(FaultServer(ttl=TTL, durable=False)) as srv:
         yield srv
 
 
@@ -170,8 +171,8 @@ def test_stall_past_ttl_next_to_slow_keepalive_transactions() -> None:
     ledger_a, ledger_b, ledger_b_sent = Ledger(), Ledger(), Ledger()
     expired: list[str] = []
     extensions: dict[str, int] = {}
-    with FaultServer(ttl=TTL, durable=False, inputs=("in", "slow-in"), outputs=("out", "slow-out"),
-                     routes=("in=out", "slow-in=slow-out")) as srv:
+    with running(FaultServer(ttl=TTL, durable=False, inputs=("in", "slow-in"), outputs=("out", "slow-out"),
+                             routes=("in=out", "slow-in=slow-out"))) as srv:
         stalled_send = batches_of("stalled-send", 50, 50)[0]
         ledger_a.expect(stalled_send)
         _fill(srv, ledger_a, "stalled-recv", 40)

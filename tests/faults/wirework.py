@@ -16,7 +16,8 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,8 @@ __all__ = [
     "batches_of",
     "case_report",
     "outcomes",
+    "run_thread",
+    "running",
     "settle_transactions",
     "wait_until",
 ]
@@ -244,6 +247,16 @@ def _unanswered(exc: S2SError) -> bool:
     (TransactionStateError), any HTTP answer, or a refused connection (PeerUnreachableError:
     the request never left)."""
     return not isinstance(exc, (TransactionStateError, PeerUnreachableError)) and exc.http_status is None
+
+
+@contextmanager
+def running(server: FaultServer) -> Iterator[FaultServer]:
+    """``with running(FaultServer(...)) as srv``: started on fresh ports if a probed one was
+    taken meanwhile (:meth:`FaultServer.start_fresh`), closed at the end."""
+    try:
+        yield server.start_fresh()
+    finally:
+        server.close()
 
 
 def outcomes(srv: FaultServer) -> Counter[str]:
