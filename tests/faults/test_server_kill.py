@@ -23,6 +23,7 @@ from wirework import (
 )
 
 from faults.harness import FaultServer, Ledger
+from pyspark_s2s.client.transaction import SendTransaction
 
 
 def _transferring(srv: FaultServer, direction: str) -> bool:
@@ -141,3 +142,62 @@ def test_sigkill_mid_send_and_mid_receive(tmp_path: Path) -> None:
                 send_failures=len(sender.failures), ambiguous_send_batches=len(sender.ambiguous),
                 receive_dropped=receiver.dropped, open_left=len(open_left),
                 confirm_lost_case={**ledger2.summary(), "settled": dict(receiver2.settled)})
+
+
+def test_sigkill_while_large_flowfiles_stream(tmp_path: Path) -> None:
+    """No injected stall: the server is killed from the test thread while a transaction of
+    2 MiB FlowFiles streams, once during an upload (its producer pauses after the first
+    FlowFile) and once during a download (after the client read three); large contents are spooled to files on the server and
+    to content files in --data-dir at commit."""
+    started = time.monotonic()
+    ledger = Ledger()
+    batches = batches_of("big", 24, 8)
+    ledger.expect(fid for b in batches for fid in b)
+    third = threading.Event()
+    with running(FaultServer(ttl=3, data_dir=tmp_path / "data")) as srv:
+        with srv.client("in", timeout=10, penalization_period=0.5) as client:
+            sender = Sender(client, size=2 << 20)
+            sender.send_batch(batches[0])
+            streaming, killed = threading.Event(), threading.Event()
+
+            def pause_once(phase: str, tx: SendTransaction) -> None:
+                # the first FlowFile (2 MiB) is on the wire: the producer pauses until the kill
+                if phase == "upload" and not streaming.is_set():
+                    streaming.set()
+                    killed.wait(30)
+
+            sender.hook = pause_once
+            sender.gate.clear()
+            thread, errors = run_thread(lambda: sender.send_batch(batches[1]), "big-send")
+            assert streaming.wait(30)
+            wait_until(lambda: _transferring(srv, "send"), what="the big upload to stream")
+            srv.kill()
+            killed.set()
+            wait_until(lambda: sender.failures, what="the sender to see the kill")
+            srv.restart()
+            assert sorted(srv.queued_ids("out")) == sorted(batches[0])  # the streaming one is gone
+            sender.gate.set()
+            thread.join(60)
+            assert not thread.is_alive() and not errors, errors
+            sender.hook = None
+            sender.send_batch(batches[2])
+        assert sorted(srv.queued_ids("out")) == sorted(ledger.expected)
+
+        with srv.client("out", timeout=10, penalization_period=0.5, batch_count=8) as rclient:
+            receiver = Receiver(rclient, ledger, hook=lambda n, tx: third.set() if n == 3 else None)
+            receiver.gate.clear()
+            thread, errors = run_thread(lambda: receiver.receive_until_done(60), "big-receive")
+            assert third.wait(30)
+            srv.kill()
+            wait_until(lambda: receiver.failures, what="the receiver to see the kill")
+            srv.restart()
+            assert len(srv.queued_ids("out")) == 24  # what the download had taken is back
+            receiver.gate.set()
+            thread.join(60)
+            assert not thread.is_alive() and not errors, errors
+        settle_transactions(srv)
+    assert ledger.lost() == set() and ledger.duplicated() == 0 and ledger.unexpected() == set()
+    assert receiver.dropped >= 3 and not sender.ambiguous
+    case_report("server SIGKILL while 2 MiB FlowFiles stream (no stall)", ledger, None, started,
+                send_failures=sender.failures[:1], receive_failures=receiver.failures[:1],
+                receive_dropped=receiver.dropped)
