@@ -96,6 +96,7 @@ class Totals:
     duplicated: int = 0
     in_doubt: int = 0
     server_kills: int = 0
+    pipeline_restarts: int = 0
     by_fault: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -202,8 +203,10 @@ class RandomizedRun:
 
     def __init__(self, *, seed: int, rounds: int, nodes: int = 2, ids_per_round: int = 400,
                  faults: Sequence[str] = FAULTS, schedule: Sequence[str] | None = None,
-                 round_timeout: float = 90.0,
+                 round_timeout: float | None = None, workload: str = "client", spark: Any = None,
                  progress: Callable[[str], None] | None = None) -> None:
+        if workload not in ("client", "spark"):
+            raise ValueError(f"unknown workload {workload!r}; expected client or spark")
         unknown = sorted((set(faults) | set(schedule or ())) - set(FAULTS))
         if unknown:
             raise ValueError(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}")
@@ -211,7 +214,10 @@ class RandomizedRun:
         self.ids_per_round = ids_per_round
         self.faults = tuple(f for f in faults if nodes > 1 or f != "node_down")
         self.schedule = list(schedule) if schedule is not None else None  # fixed order instead of random
-        self.round_timeout = round_timeout
+        self.workload = workload
+        self.spark = spark  # an existing SparkSession (tests share one); None: the run starts its own
+        self.round_timeout = round_timeout if round_timeout is not None else (90.0 if workload == "client" else 240.0)
+        self.pipeline: Any = None
         self.progress = progress or (lambda line: None)
         self.rng = random.Random(seed)
         self.ledger = Ledger()
@@ -221,22 +227,21 @@ class RandomizedRun:
     # -- the run ------------------------------------------------------------------------------
     def run(self) -> Totals:
         started = time.monotonic()
-        with FaultServer(nodes=self.nodes, ttl=TTL) as srv:
+        with FaultServer(nodes=self.nodes, ttl=TTL, inputs=("in", "in2"), outputs=("out",),
+                         routes=("in=out",)) as srv:
             self.srv = srv
             options = {"timeout": CLIENT_TIMEOUT, "penalization_period": 0.5, "peer_refresh_interval": 2.0}
             with srv.client("in", **options) as sender, srv.client("out", **options) as receiver:
-                for k in range(1, self.rounds + 1):
-                    fault = self.rng.choice(self.faults) if self.schedule is None else self.schedule[k - 1]
-                    try:
-                        report = self._round(k, fault, sender, receiver)
-                    except RoundFailure as exc:
-                        raise RoundFailure(f"seed {self.seed}, round {k} ({fault}): {exc}") from None
-                    self.reports.append(report)
-                    s = self.ledger.summary()
-                    self.progress(f"round {k:3d} {fault:<18} fired {report.faults_fired}  sent {report.sent:4d}"
-                                  f"  failed sends {report.send_retries:2d} receives {report.receive_failures:2d}"
-                                  f"  moved {s['moved']:6d}  lost {s['lost']}  dup {s['duplicated']}"
-                                  f"  in-doubt {sum(self.in_doubt.values())}  {report.seconds:5.1f}s")
+                if self.workload == "spark":
+                    from faults.spark_pipeline import SparkPipeline
+
+                    self.pipeline = SparkPipeline(srv, self.ledger, client_timeout=CLIENT_TIMEOUT,
+                                                  spark=self.spark).start()
+                try:
+                    self._rounds(sender, receiver)
+                finally:
+                    if self.pipeline is not None:
+                        self.pipeline.stop()
                 self._final_drain(receiver)
             kills = srv.kills
         summary = self.ledger.summary()
@@ -244,7 +249,22 @@ class RandomizedRun:
                       lost=summary["lost"], duplicated=summary["duplicated"],
                       in_doubt=sum(self.in_doubt.values()), server_kills=kills,
                       by_fault=dict(Counter(r.fault for r in self.reports)),
+                      pipeline_restarts=self.pipeline.restarts if self.pipeline is not None else 0,
                       seconds=time.monotonic() - started)
+
+    def _rounds(self, sender: SiteToSiteClient, receiver: SiteToSiteClient) -> None:
+        for k in range(1, self.rounds + 1):
+            fault = self.rng.choice(self.faults) if self.schedule is None else self.schedule[k - 1]
+            try:
+                report = self._round(k, fault, sender, receiver)
+            except RoundFailure as exc:
+                raise RoundFailure(f"seed {self.seed}, round {k} ({fault}): {exc}") from None
+            self.reports.append(report)
+            s = self.ledger.summary()
+            self.progress(f"round {k:3d} {fault:<18} fired {report.faults_fired}  sent {report.sent:4d}"
+                          f"  failed sends {report.send_retries:2d} receives {report.receive_failures:2d}"
+                          f"  moved {s['moved']:6d}  lost {s['lost']}  dup {s['duplicated']}"
+                          f"  in-doubt {sum(self.in_doubt.values())}  {report.seconds:5.1f}s")
 
     def _round(self, k: int, fault: str, sender: SiteToSiteClient, receiver: SiteToSiteClient) -> RoundReport:
         began = time.monotonic()
@@ -255,7 +275,8 @@ class RandomizedRun:
         window = self.rng.uniform(0.5, 2.0)
         producer = _Producer(sender, ids, random.Random(self.rng.random()), report, self.in_doubt, deadline, window)
         consumer = _Consumer(receiver, self.ledger, report, self.in_doubt)
-        consumer.start()
+        if self.pipeline is None:
+            consumer.start()
         producer.start()
         try:
             time.sleep(self.rng.uniform(0.0, window))
@@ -268,19 +289,24 @@ class RandomizedRun:
                 raise RoundFailure("the producer did not finish before the round's deadline")
             if producer.error is not None:
                 raise RoundFailure(f"the producer failed: {producer.error!r}")
-            self._wait(lambda: not self.ledger.lost() or consumer.error is not None, deadline,
+            self._wait(lambda: not self.ledger.lost() or self._consumer_error(consumer) is not None, deadline,
                        lambda: f"{len(self.ledger.lost())} ids never arrived: {sorted(self.ledger.lost())[:10]}")
         finally:
             consumer.stop_event.set()
-            consumer.join(CLIENT_TIMEOUT * 4)
+            if consumer.is_alive():
+                consumer.join(CLIENT_TIMEOUT * 4)
             self._clear()
-        if consumer.error is not None:
-            raise RoundFailure(f"the consumer failed: {consumer.error!r}")
+        if self._consumer_error(consumer) is not None:
+            raise RoundFailure(f"the consumer failed: {self._consumer_error(consumer)!r}")
         self._check_duplicates()
-        self._wait(lambda: not self._left_open(), time.monotonic() + TTL + 6,
-                   lambda: f"transactions still open on the server: {self._left_open()[:5]}")
+        if self.pipeline is None:  # a running query always has transactions in flight; checked at the end
+            self._wait(lambda: not self._left_open(), time.monotonic() + TTL + 6,
+                       lambda: f"transactions still open on the server: {self._left_open()[:5]}")
         report.seconds = time.monotonic() - began
         return report
+
+    def _consumer_error(self, consumer: _Consumer) -> Exception | None:
+        return consumer.error if self.pipeline is None else self.pipeline.error
 
     def _left_open(self) -> list[dict[str, Any]]:
         """Open transactions other than empty receives (a receive that found no data is left to
@@ -294,6 +320,10 @@ class RandomizedRun:
         consumer = _Consumer(receiver, self.ledger, report, self.in_doubt)
         while consumer._receive_once():
             pass
+        if self.pipeline is not None:
+            self.pipeline.collect_once()
+            if self.srv.admin.queued("in2"):
+                raise RoundFailure(f"{self.srv.admin.queued('in2')} FlowFiles left on in2 after the drain")
         if self.srv.admin.queued("out"):
             raise RoundFailure(f"{self.srv.admin.queued('out')} FlowFiles left on the output port after the drain")
         self._check_duplicates()
@@ -304,6 +334,15 @@ class RandomizedRun:
             raise RoundFailure(f"ids that were never sent arrived: {sorted(unexpected)[:10]}")
 
     def _check_duplicates(self) -> None:
+        if self.pipeline is not None:
+            # task mode: copies of one row share a de-dup key (identifiable); distinct keys for one
+            # id mean distinct FlowFiles entered the pipeline, which only an in-doubt send makes
+            extra = {fid: self.pipeline.distinct_keys(fid) - 1 for fid in list(self.ledger.arrived)}
+            twice = sorted(fid for fid, n in extra.items() if n > self.in_doubt.get(fid, 0))
+            if twice:
+                raise RoundFailure(f"{len(twice)} ids arrived under more de-dup keys than their in-doubt "
+                                   f"sends explain (the source read a FlowFile twice): {twice[:10]}")
+            return
         dup = {fid: n - 1 for fid, n in self.ledger.arrived.items() if n > 1}
         unexplained = {fid: n for fid, n in dup.items() if n > self.in_doubt.get(fid, 0)}
         if unexplained:
@@ -348,7 +387,7 @@ class RandomizedRun:
             admin.set_capacity("out", admin.queued("out") // self.nodes + rng.choice((0, 10)))
             return lambda: admin.set_capacity("out", None)
         elif fault == "port_stopped":
-            port = rng.choice(("in", "out"))
+            port = rng.choice(("in", "out") if self.pipeline is None else ("in", "out", "in2"))
             admin.stop_port(port)
             return lambda: admin.start_port(port)
         elif fault == "server_errors":
@@ -387,6 +426,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--nodes", type=int, default=2)
     p.add_argument("--ids", type=int, default=400, help="new ids per round (default 400)")
     p.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset of: " + ", ".join(FAULTS))
+    p.add_argument("--schedule", default=None,
+                   help="comma-separated faults, one per round in this order (instead of random ones)")
+    p.add_argument("--workload", choices=("client", "spark"), default="client",
+                   help="client: a receiving client; spark: a NiFi -> Spark -> NiFi streaming pipeline")
     p.add_argument("--json", action="store_true", help="print the totals as JSON")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
@@ -396,17 +439,19 @@ def main(argv: Sequence[str] | None = None) -> int:
           flush=True)
     try:
         totals = run(seed, args.rounds, nodes=args.nodes, ids_per_round=args.ids,
-                     faults=[f.strip() for f in args.faults.split(",") if f.strip()],
+                     faults=[f.strip() for f in args.faults.split(",") if f.strip()], workload=args.workload,
+                     schedule=None if args.schedule is None else [f.strip() for f in args.schedule.split(",")],
                      progress=lambda line: print(line, flush=True))
     except RoundFailure as exc:
         print(f"FAILED: {exc}\nreproduce with: python -m faults.randomized --seed {seed} --rounds {args.rounds} "
-              f"--nodes {args.nodes} --ids {args.ids}", file=sys.stderr)
+              f"--nodes {args.nodes} --ids {args.ids} --workload {args.workload}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(asdict(totals), indent=2))
     else:
         print(f"rounds {totals.rounds}, ids {totals.ids}, moved {totals.moved}, lost {totals.lost}, "
               f"duplicated {totals.duplicated} (in doubt {totals.in_doubt}), server kills {totals.server_kills}, "
+              f"pipeline restarts {totals.pipeline_restarts}, "
               f"{totals.seconds:.0f} s; faults: "
               + ", ".join(f"{k} {v}" for k, v in sorted(totals.by_fault.items())))
     return 0 if totals.lost == 0 else 1
