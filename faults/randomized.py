@@ -12,7 +12,7 @@ port, server errors, a commit answer that comes too late), held for a moment, an
 round ends once every id sent so far has arrived and the server holds no open transaction.
 
 Both sides behave as a careful application does: a failed transaction is retried; a send whose
-commit answer never came (a transport error while committing) is re-sent and counted *in doubt*,
+commit answer never came (the connection broke after the request went out) is re-sent and counted *in doubt*,
 and so is a receive whose confirm answer never came (its FlowFiles are kept). Only those may
 duplicate; the driver fails when any id is lost, when a FlowFile's content does not match its id,
 when there are more duplicates than in-doubt FlowFiles, when a round cannot finish in time, or
@@ -39,7 +39,7 @@ from typing import Any
 
 from faults.harness import FaultServer, Ledger, flowfile, id_of
 from pyspark_s2s.client import Direction, SiteToSiteClient
-from pyspark_s2s.errors import S2SError, TransportError
+from pyspark_s2s.errors import PeerUnreachableError, S2SError, TransportError
 
 __all__ = ["FAULTS", "RandomizedRun", "RoundFailure", "main", "run"]
 
@@ -101,6 +101,12 @@ class Totals:
     seconds: float = 0.0
 
 
+def _outcome_unknown(exc: S2SError) -> bool:
+    """A commit/confirm that failed so may or may not have happened: the request went out and
+    no answer came (a refused connection means it was never sent; an HTTP answer is definite)."""
+    return isinstance(exc, TransportError) and not isinstance(exc, PeerUnreachableError)
+
+
 class _Producer(threading.Thread):
     """Sends ``ids`` in transactions of random size; retries failures until ``deadline``."""
 
@@ -146,7 +152,7 @@ class _Producer(threading.Thread):
                 return
             except S2SError as exc:
                 self.report.send_retries += 1
-                if committing and isinstance(exc, TransportError):
+                if committing and _outcome_unknown(exc):
                     # the commit DELETE went out and no answer came: NiFi may have committed
                     self.in_doubt.update(batch)
                     self.report.in_doubt_sent += len(batch)
@@ -185,7 +191,7 @@ class _Consumer(threading.Thread):
                 tx.complete()
         except S2SError as exc:
             self.report.receive_failures += 1
-            if confirming and ids and isinstance(exc, TransportError):
+            if confirming and ids and _outcome_unknown(exc):
                 # the confirm DELETE went out and no answer came: NiFi may have committed, so
                 # keep the FlowFiles (a duplicate is possible, a loss is not)
                 self.in_doubt.update(ids)
