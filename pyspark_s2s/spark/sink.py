@@ -309,6 +309,16 @@ class SinkCommitMessage(WriterCommitMessage):
     #: wall-clock time (``time.time()``) of the last TTL extension of ``handles``
     extended_at: float = 0.0
     backoffs: int = 0
+    #: ``(transaction id, first sequence, count)`` of each handle whose rows are the contiguous
+    #: sequence numbers ``first .. first+count-1`` of the partition (weighted routing); the commit
+    #: log records them so that a re-run of the batch commits only rows not committed before
+    rows: tuple[tuple[str, int, int], ...] = ()
+
+    def rows_of(self, handle: TransactionHandle) -> tuple[int, int] | None:
+        for tx_id, first, count in self.rows:
+            if tx_id == handle.transaction_id:
+                return first, count
+        return None
 
 
 # -- the executor side ---------------------------------------------------------------------------
@@ -411,6 +421,8 @@ class _PartitionWriter:
         self.open: dict[int, SendTransaction] = {}
         self.keeper = _HandleKeeper(cfg) if self.batch_mode else None
         self.sequence = 0
+        self._first: dict[int, int | None] = {}  # route -> first sequence of its open transaction
+        self.rows: list[tuple[str, int, int]] = []  # (transaction id, first sequence, count), batch mode
         self.flow_files = 0
         self.bytes = 0
         self.transactions = 0
@@ -487,10 +499,14 @@ class _PartitionWriter:
         """Confirm (CRC compare) the route's transaction, then commit it (task mode) or hand it
         over (batch mode)."""
         tx = self.open.pop(route)
+        first = self._first.pop(route, None)
         try:
             tx.confirm()
             if self.keeper is not None:
-                self.keeper.add(tx.detach())
+                handle = tx.detach()
+                if first is not None:
+                    self.rows.append((handle.transaction_id, first, tx.flow_files))
+                self.keeper.add(handle)
             else:
                 completion = tx.complete()
                 if completion.backoff:
@@ -509,7 +525,9 @@ class _PartitionWriter:
                     or (self.max_bytes and tx.bytes >= self.max_bytes)
                     or (self.max_seconds and time.monotonic() - age_from >= self.max_seconds))
 
-    def _send_rows(self, route: int, rows: EncodedRows) -> None:
+    def _send_rows(self, route: int, rows: EncodedRows, first: int | None) -> None:
+        """Send ``rows`` on ``route``; ``first``: the sequence number of the first row when the
+        rows are contiguous in the partition (None otherwise)."""
         lengths = rows.lengths
         n = len(lengths)
         start = 0
@@ -518,6 +536,7 @@ class _PartitionWriter:
             if tx is None:
                 tx = self.open[route] = self._create(route)
                 self._started[route] = time.monotonic()
+                self._first[route] = None if first is None else first + start
             stop = n
             if self.max_count:
                 stop = min(stop, start + max(1, self.max_count - tx.flow_files))
@@ -542,16 +561,18 @@ class _PartitionWriter:
         if self.keeper is not None and self.keeper.error is not None:
             raise self.keeper.error.with_prefix(f"{self._where()}: keeping handed-over transactions alive failed")
         attributes = batch.column(self.layout.attributes) if self.layout.attributes is not None else None
-        rows = EncodedRows(batch.column(self.layout.content), attributes, self.ids, self.sequence)
+        first = self.sequence
+        rows = EncodedRows(batch.column(self.layout.content), attributes, self.ids, first)
         routes = self._routes_of(batch)
         self.sequence += n
         if routes is None:
-            self._send_rows(0, rows)
+            # one route: every transaction carries a contiguous run of sequence numbers
+            self._send_rows(0, rows, first)
             return
         for route in range(len(self.routes)):
             mask = pc.equal(routes, route)
             if pc.any(mask).as_py():
-                self._send_rows(route, rows.select(mask))
+                self._send_rows(route, rows.select(mask), None)
 
     def run(self, batches: Iterable[pa.RecordBatch]) -> SinkCommitMessage:
         self._started: dict[int, float] = {}
@@ -570,7 +591,8 @@ class _PartitionWriter:
                 handles, extended_at = tuple(self.keeper.handles), self.keeper.extended_at
                 self.keeper.linger(self.opts.batch_commit_timeout)
             return SinkCommitMessage(self.ids.partition, self.ids.attempt, self.flow_files, self.bytes,
-                                     self.transactions, handles, extended_at, self.backoffs)
+                                     self.transactions, handles, extended_at, self.backoffs,
+                                     tuple(self.rows))
         except BaseException as exc:
             self._abandon(exc)
             raise
@@ -613,13 +635,41 @@ def _cancel_all(client: SiteToSiteClient, handles: Iterable[TransactionHandle], 
     return failures
 
 
-class CommitLog:
-    """Which partitions of a micro-batch the driver committed (``commitMode=batch``), under
-    ``<checkpointLocation>/nifi-s2s-sink/batch-<N>/part-<P>.json`` listing the transaction ids.
+@dataclass(frozen=True)
+class CommittedPart:
+    """What the commit log says about one partition of a batch: the transactions committed so far,
+    the rows each carried (``(first sequence, count)``, None when not contiguous), and whether all
+    of the partition's rows are committed."""
 
-    It makes ``commit`` idempotent per batch id: a partition logged as committed is not committed
-    again (same transactions: nothing to do; a re-run's new transactions: canceled, they would be
-    duplicates). Written after all of a partition's transactions are committed.
+    transactions: dict[str, tuple[int, int] | None]
+    complete: bool
+
+    def covers(self, rows: tuple[int, int] | None) -> bool:
+        """Were all of these rows (sequence numbers ``first .. first+count-1``) committed?"""
+        if rows is None:
+            return False
+        first, count = rows
+        end = first + count
+        for lo, n in sorted(r for r in self.transactions.values() if r is not None):
+            if lo > first:
+                break
+            first = max(first, lo + n)
+            if first >= end:
+                return True
+        return first >= end
+
+
+class CommitLog:
+    """Which transactions of a micro-batch the driver committed (``commitMode=batch``), under
+    ``<checkpointLocation>/nifi-s2s-sink/batch-<N>/part-<P>.json``: per partition, the committed
+    transaction ids with the rows (sequence numbers) each carried, and whether the partition is
+    complete. Rewritten after each committed transaction.
+
+    It makes ``commit`` idempotent per batch id, and lets a re-run of a batch whose driver died
+    part way through the commit commit only what was not committed before: a complete partition is
+    not committed again (a re-run's new transactions are canceled: they would be duplicates); of a
+    partial one, the new transactions whose rows were all committed already are canceled and the
+    others committed.
     """
 
     def __init__(self, location: str) -> None:
@@ -638,21 +688,32 @@ class CommitLog:
         d = f"{root}/batch-{batch:012d}"
         return fs, d if partition is None else f"{d}/part-{partition:05d}.json"
 
-    def committed(self, batch: int, partition: int) -> list[str] | None:
+    def part(self, batch: int, partition: int) -> CommittedPart | None:
         import pyarrow.fs as pafs
 
         fs, path = self._path(batch, partition)
         if fs.get_file_info(path).type == pafs.FileType.NotFound:
             return None
         with fs.open_input_stream(path) as fh:
-            return list(json.loads(fh.read())["transactions"])
+            doc = json.loads(fh.read())
+        rows = doc.get("rows") or {}
+        return CommittedPart({t: ((int(rows[t][0]), int(rows[t][1])) if rows.get(t) else None)
+                              for t in doc["transactions"]}, bool(doc.get("complete", True)))
 
-    def record(self, batch: int, partition: int, transactions: list[str]) -> None:
+    def committed(self, batch: int, partition: int) -> list[str] | None:
+        """The committed transaction ids of a partition (sorted), or None."""
+        part = self.part(batch, partition)
+        return None if part is None else sorted(part.transactions)
+
+    def record(self, batch: int, partition: int, part: CommittedPart) -> None:
         fs, path = self._path(batch, partition)
         fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
         tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+        doc = {"transactions": sorted(part.transactions), "complete": part.complete,
+               "rows": {t: list(r) for t, r in sorted(part.transactions.items()) if r is not None},
+               "committedAt": time.time()}
         with fs.open_output_stream(tmp) as fh:
-            fh.write(json.dumps({"transactions": transactions, "committedAt": time.time()}).encode())
+            fh.write(json.dumps(doc).encode())
         fs.move(tmp, path)
 
     def forget_before(self, batch: int) -> None:
@@ -663,39 +724,53 @@ class CommitLog:
             fs.delete_dir(d)
 
 
-def _ids(handles: Iterable[TransactionHandle]) -> list[str]:
-    return sorted(h.transaction_id for h in handles)
+def _settle(m: SinkCommitMessage, done: CommittedPart | None) -> tuple[list[TransactionHandle], list[TransactionHandle]]:
+    """(handles to commit, handles to cancel) of one partition, given what the log says was
+    committed of it: handles already committed are left alone; a complete partition's other
+    handles are canceled (a re-run's duplicates); of a partial one, handles whose rows were all
+    committed are canceled, the rest committed."""
+    if done is None:
+        return list(m.handles), []
+    rest = [h for h in m.handles if h.transaction_id not in done.transactions]
+    if done.complete:
+        return [], rest
+    todo = [h for h in rest if not done.covers(m.rows_of(h))]
+    return todo, [h for h in rest if h not in todo]
 
 
 def commit_handles(opts: SparkOptions, messages: list[Any], batch_id: int | None,
                    log: CommitLog | None) -> None:
     """Commit every transaction of a batch (driver, ``commitMode=batch``).
 
-    1. Partitions the commit log already shows as committed are skipped (their new transactions,
-       if any, canceled: a re-run of a committed batch).
+    1. What the commit log shows as committed is not committed again: a complete partition's new
+       transactions (a re-run of a committed batch) are canceled, and so are those of a partially
+       committed one whose rows were all committed (the driver died part way through the commit).
     2. Every remaining transaction is extended first (PUT): if one is gone (expired after the
        TTL, or unknown), all are canceled and the batch fails, naming the TTL — nothing committed.
-    3. Then all are committed, partition by partition, each logged once committed. NiFi has no
-       commit spanning transactions: a failure here leaves the partitions before it committed
-       (the error says which); the rows carry the de-duplication attributes.
+    3. Then all are committed, partition by partition, each logged as soon as it is committed.
+       NiFi has no commit spanning transactions: a failure here leaves the transactions before it
+       committed (the error says how many, the log records them); the rows carry the
+       de-duplication attributes.
     """
     mine = [m for m in messages if isinstance(m, SinkCommitMessage)]
     where = f"nifi-s2s sink (port {opts.client.port}, batch {batch_id if batch_id is not None else 'write'})"
     with SiteToSiteClient(opts.client) as client:
-        todo: list[SinkCommitMessage] = []
+        logged = log is not None and batch_id is not None
+        plans: list[tuple[SinkCommitMessage, list[TransactionHandle], CommittedPart | None]] = []
         for m in mine:
-            done = log.committed(batch_id, m.partition) if log is not None and batch_id is not None else None
-            if done is None:
-                todo.append(m)
-            elif done == _ids(m.handles):
+            done = log.part(batch_id, m.partition) if log is not None and batch_id is not None else None
+            commit, cancel = _settle(m, done)
+            if cancel:
+                logger.info("%s: partition %d: %d of its transactions carry rows an earlier run committed; "
+                            "canceling them (duplicates)", where, m.partition, len(cancel))
+                _cancel_all(client, cancel, where)
+            if commit:
+                plans.append((m, commit, done))
+            elif done is not None:
                 logger.info("%s: partition %d already committed", where, m.partition)
-            else:
-                logger.info("%s: partition %d was committed by an earlier run; canceling its %d new "
-                            "transactions (duplicates)", where, m.partition, len(m.handles))
-                _cancel_all(client, m.handles, where)
-        handles = [h for m in todo for h in m.handles]
-        for m in todo:
-            for h in m.handles:
+        handles = [h for _, commit, _ in plans for h in commit]
+        for m, commit, _ in plans:
+            for h in commit:
                 try:
                     client.extend(h)
                 except S2SError as exc:
@@ -712,26 +787,30 @@ def commit_handles(opts: SparkOptions, messages: list[Any], batch_id: int | None
                     raise exc.with_prefix(f"{where}: {why}; all {len(handles)} transactions of the batch "
                                             "were canceled, nothing was committed") from None
         committed = 0
-        for m in todo:
-            for h in m.handles:
+        for m, commit, done in plans:
+            progress = dict(done.transactions) if done is not None else {}
+            for i, h in enumerate(commit):
                 try:
                     completion = client.commit(h)
                 except S2SError as exc:
-                    rest = [x for mm in todo for x in mm.handles][committed + 1:]
+                    rest = handles[committed + 1:]
                     _cancel_all(client, rest, where)
                     raise exc.with_prefix(f"{where}: committing transaction {h.transaction_id} on {h.peer} "
                                             f"(partition {m.partition}) failed after {committed} of "
                                             f"{len(handles)} transactions were committed; the "
                                             f"{len(rest)} after it were canceled") from None
                 committed += 1
+                if logged:
+                    assert log is not None and batch_id is not None
+                    progress[h.transaction_id] = m.rows_of(h)
+                    log.record(batch_id, m.partition, CommittedPart(progress, complete=i == len(commit) - 1))
                 if completion.backoff:
                     logger.info("%s: %s answered 'destination full' to the commit", where, h.peer)
-            if log is not None and batch_id is not None:
-                log.record(batch_id, m.partition, _ids(m.handles))
-        if log is not None and batch_id is not None:
+        if logged:
+            assert log is not None and batch_id is not None
             log.forget_before(batch_id)
     logger.info("%s: committed %d transactions (%d FlowFiles)", where, committed,
-                sum(m.flow_files for m in todo))
+                sum(h.flow_files for h in handles))
 
 
 def abort_handles(opts: SparkOptions, messages: list[Any], batch_id: int | None) -> None:

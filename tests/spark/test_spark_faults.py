@@ -20,8 +20,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -236,3 +234,54 @@ def test_task_killed_mid_write(spark: Any, tmp_path: Path, mode: str) -> None:
     if mode == "task":
         # the killed attempt had committed its first five transactions: they arrive twice
         assert f["duplicated"] == before * per_tx
+
+
+# -- 4. a batch-mode commit that stopped part way ----------------------------------------------------
+
+
+def _handed_over(url: str, partition: int, sizes: list[int]) -> Any:
+    """What a batch-mode task hands over: one confirmed send transaction per size, carrying the
+    partition's rows ``p<partition>-<sequence>`` in sequence order."""
+    from pyspark_s2s.client import SiteToSiteClient
+    from pyspark_s2s.spark.sink import SinkCommitMessage
+
+    handles, rows, seq = [], [], 0
+    with SiteToSiteClient(url=url, portName="in") as client:
+        for size in sizes:
+            with client.create_transaction("send") as tx:
+                for i in range(seq, seq + size):
+                    tx.send(f"p{partition}-{i}".encode())
+                tx.confirm()
+                handle = tx.detach()
+            handles.append(handle)
+            rows.append((handle.transaction_id, seq, size))
+            seq += size
+    return SinkCommitMessage(partition, 0, seq, 0, len(sizes), tuple(handles), extended_at=0.0, rows=tuple(rows))
+
+
+def test_a_rerun_commits_only_what_a_half_finished_commit_left(tmp_path: Path) -> None:
+    from pyspark_s2s.spark.options import SparkOptions
+    from pyspark_s2s.spark.sink import CommitLog, commit_handles
+
+    log = CommitLog(str(tmp_path / "chk"))
+    with ServerProcess("--input-port", "in") as srv:
+        opts = SparkOptions.parse({"url": srv.url, "portName": "in", "commitMode": "batch"})
+        first = [_handed_over(srv.url, 0, [3, 3, 3, 3]), _handed_over(srv.url, 1, [4])]
+        # the commit of partition 0's third transaction fails: two are committed (and logged)
+        third = first[0].handles[2].transaction_id
+        srv.admin.fault("fail_next", method="DELETE", path_contains=third)
+        with pytest.raises(Exception, match="after 2 of 5 transactions were committed"):
+            commit_handles(opts, first, 7, log)
+        part = log.part(7, 0)
+        assert part is not None and not part.complete and len(part.transactions) == 2
+        assert log.part(7, 1) is None
+        # the batch runs again: partition 0 with the same transaction boundaries, partition 1
+        # split differently
+        rerun = [_handed_over(srv.url, 0, [3, 3, 3, 3]), _handed_over(srv.url, 1, [2, 2])]
+        commit_handles(opts, rerun, 7, log)
+        got = [ff["content"].decode() for ff in srv.admin.flowfiles("in", drain=True)]
+        states = [srv.admin.transaction(h.transaction_id)["state"] for h in rerun[0].handles]
+    assert sorted(got) == sorted([f"p0-{i}" for i in range(12)] + [f"p1-{i}" for i in range(4)])
+    assert states == ["CANCELED", "CANCELED", "COMMITTED", "COMMITTED"]
+    part = log.part(7, 0)
+    assert part is not None and part.complete and len(part.transactions) == 4
