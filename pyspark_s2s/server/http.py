@@ -315,6 +315,12 @@ class S2SHandler(BaseHTTPRequestHandler):
             # not a request
             self.close_connection = True
             return False
+        if ok and self.headers.defects:
+            # a header line that is not "name: value" ends the stdlib's header parsing: every
+            # header after it (Content-Length too) would be dropped and the body read as the next
+            # request on the connection. Jetty refuses such a request with 400.
+            self.send_error(400, None, "Bad header line")
+            return False
         return ok
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
