@@ -240,7 +240,13 @@ class HttpTransport:
             managers = list(self._managers.values())
             self._managers.clear()
         for mgr in managers:
+            # urllib3 2's clear() only forgets the pools (they close when garbage-collected, and a
+            # response a caller still holds keeps its pool): close their idle connections now;
+            # connections still in use are closed when released to a closed pool
+            pools = [mgr.pools[key] for key in mgr.pools.keys()]  # noqa: SIM118 - the container refuses iteration
             mgr.clear()
+            for pool in pools:
+                pool.close()
 
     # -- requests --------------------------------------------------------------------------
     def _target(self, url: str) -> tuple[str, str, int, str, str, dict[str, Any]]:
