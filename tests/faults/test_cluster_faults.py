@@ -8,10 +8,11 @@ Two ways a node goes, as users meet them:
 * **removed, then a node added** (``remove_node``/``add_node``): the node is decommissioned. The
   reference server deletes a removed node's queues, as its docs say; NiFi offloads a node's
   FlowFiles to the other nodes before it may be deleted, so the test does the same (stop, drain
-  its queues into node 0 through the admin API, remove) and then adds a fresh node.
+  its queues into another node through the admin API, remove) and then adds a fresh node.
 
-In both, a send and a receive are held in flight on the node when it goes; the client must fail
-over to the other nodes (peer list refreshed every second), and every id must arrive exactly once.
+In both, a send and a receive are held in flight on the node when it goes (the node the first
+send chose); the client must fail over to the other nodes (peer list refreshed every second), and
+every id must arrive exactly once.
 
 Owns: these cases. Must not import: pyspark.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from typing import Any
 
 from wirework import (
@@ -40,30 +42,45 @@ CLIENT: dict[str, Any] = {"timeout": 5, "penalization_period": 0.5, "peer_refres
 
 
 class _Holder:
-    """Holds the first send and the first receive that land on node ``url`` in flight (the
-    application pauses mid-upload / mid-download) until :meth:`release`."""
+    """Holds the first send (on whichever node the client chose: the *victim*) and then the
+    first receive on that same node in flight (the application pauses mid-upload / after five
+    FlowFiles of a download) until :meth:`release`."""
 
-    def __init__(self, url: str) -> None:
-        self.url = url
+    def __init__(self) -> None:
+        self.url: str | None = None
         self.send_held = threading.Event()
         self.receive_held = threading.Event()
         self.released = threading.Event()
         self.held: dict[str, str] = {}
+        self._lock = threading.Lock()
 
     def on_send(self, phase: str, tx: SendTransaction) -> None:
-        if phase == "upload" and tx.peer_url == self.url and not self.send_held.is_set():
+        with self._lock:
+            if phase != "upload" or self.send_held.is_set():
+                return
+            self.url = tx.peer_url
             self.held["send"] = tx.transaction_id
             self.send_held.set()
-            self.released.wait(30)
+        self.released.wait(30)
 
     def on_receive(self, n: int, tx: ReceiveTransaction) -> None:
-        if n == 5 and tx.peer_url == self.url and not self.receive_held.is_set():
+        with self._lock:
+            if n != 5 or tx.peer_url != self.url or self.receive_held.is_set():
+                return
             self.held["receive"] = tx.transaction_id
             self.receive_held.set()
-            self.released.wait(30)
+        self.released.wait(30)
 
-    def wait(self) -> None:
-        assert self.send_held.wait(30) and self.receive_held.wait(30), self.held
+    def victim(self, srv: FaultServer) -> int:
+        """The index of the node both are held on."""
+        assert self.url is not None
+        return [_api(u) for u in srv.urls].index(self.url)
+
+    def wait(self, sender: Sender, receiver: Receiver, errors: list[BaseException]) -> None:
+        held = self.send_held.wait(30) and self.receive_held.wait(30)
+        assert held, (f"not both held on {self.url}: {self.held}; sender {sender.transactions} on "
+                      f"{Counter(sender.peers)}, failures {sender.failures[-2:]}; receiver {receiver.transactions} "
+                      f"on {Counter(receiver.peers)}, failures {receiver.failures[-2:]}; errors {errors}")
 
     def release(self) -> None:
         self.released.set()
@@ -94,34 +111,37 @@ def test_node_stopped_mid_transaction_then_started() -> None:
     started = time.monotonic()
     with running(FaultServer(nodes=3, ttl=3, durable=False)) as srv:
         ledger, batches = _workload(srv, "nodestop")
-        victim = _api(srv.urls[1])
-        holder = _Holder(victim)
+        holder = _Holder()
         with srv.client("in", **CLIENT) as cin, srv.client("out", batch_count=50, **CLIENT) as cout:
             sender = Sender(cin, hook=holder.on_send)
             receiver = Receiver(cout, ledger, hook=holder.on_receive)
             send_thread, send_errors = run_thread(lambda: sender.send_all(batches), "cluster-sender")
+            # the receiver starts once the send is held, so the held node still has FlowFiles
+            assert holder.send_held.wait(30), send_errors
             recv_thread, recv_errors = run_thread(lambda: receiver.receive_until_done(90), "cluster-receiver")
-            holder.wait()
-            srv.admin.stop_node(1)  # answered first, done right after
-            wait_until(lambda: not _node(srv, 1)["alive"] and _node(srv, 1)["activeTransactions"] == 0,
-                       what="node 1 to stop and roll back its transactions")
+            holder.wait(sender, receiver, send_errors + recv_errors)
+            index = holder.victim(srv)
+            victim = _api(srv.urls[index])
+            srv.admin.stop_node(index)  # answered first, done right after
+            wait_until(lambda: not _node(srv, index)["alive"] and _node(srv, index)["activeTransactions"] == 0,
+                       what="the node to stop and roll back its transactions")
             down_from = (len(sender.peers), len(receiver.peers))
             holder.release()
-            # the workload goes on without node 1 for a while
+            # the workload goes on without that node for a while
             wait_until(lambda: (len(sender.peers) >= down_from[0] + 3 or not send_thread.is_alive())
                        and len(receiver.peers) >= down_from[1] + 1,
                        what=lambda: f"the workload to go on over the other nodes (from {down_from}: "
                             f"{len(sender.peers)} sends, {len(receiver.peers)} receives, "
                             f"failures {sender.failures[-1:]} {receiver.failures[-1:]}, errors {send_errors} {recv_errors}, alive {send_thread.is_alive()} {recv_thread.is_alive()} {ledger.summary()} {sender.transactions})")
-            queued_on_down_node = _node(srv, 1)["queued"]
-            srv.admin.start_node(1)
+            queued_on_down_node = _node(srv, index)["queued"]
+            srv.admin.start_node(index)
             send_thread.join(90)
             recv_thread.join(90)
             assert not send_thread.is_alive() and not send_errors, send_errors
             assert not recv_thread.is_alive() and not recv_errors, recv_errors
         history = {t["id"]: t for t in srv.admin.transactions()}
         held_outcomes = {k: history[v]["outcome"] for k, v in holder.held.items()}
-        served_after_start = sum(1 for t in history.values() if t["node"] == 1 and t["outcome"] == "committed"
+        served_after_start = sum(1 for t in history.values() if t["node"] == index and t["outcome"] == "committed"
                                  and t["direction"] == "receive" and t["createdAt"] > 0)
         settle_transactions(srv)
         case_report("cluster node stopped mid-transaction, then started", ledger, srv, started,
@@ -143,25 +163,30 @@ def test_node_removed_mid_transaction_then_one_added() -> None:
         ledger, batches = _workload(srv, "noderm")
         after = batches_of("noderm-after", 250, 25)
         ledger.expect(fid for b in after for fid in b)
-        victim = _api(srv.urls[1])
-        holder = _Holder(victim)
+        holder = _Holder()
         with srv.client("in", **CLIENT) as cin, srv.client("out", batch_count=50, **CLIENT) as cout:
             sender = Sender(cin, hook=holder.on_send)
             receiver = Receiver(cout, ledger, hook=holder.on_receive)
             send_thread, send_errors = run_thread(lambda: sender.send_all(batches), "cluster-sender")
+            # the receiver starts once the send is held, so the held node still has FlowFiles
+            assert holder.send_held.wait(30), send_errors
             recv_thread, recv_errors = run_thread(lambda: receiver.receive_until_done(90), "cluster-receiver")
-            holder.wait()
-            # decommission node 1 as NiFi does: disconnect, offload its FlowFiles, delete
-            srv.admin.stop_node(1)
-            wait_until(lambda: not _node(srv, 1)["alive"] and _node(srv, 1)["activeTransactions"] == 0,
-                       what="node 1 to stop and roll back its transactions")
+            holder.wait(sender, receiver, send_errors + recv_errors)
+            index = holder.victim(srv)
+            victim = _api(srv.urls[index])
+            # decommission the node as NiFi does: disconnect, offload its FlowFiles, delete
+            srv.admin.stop_node(index)
+            wait_until(lambda: not _node(srv, index)["alive"] and _node(srv, index)["activeTransactions"] == 0,
+                       what="the node to stop and roll back its transactions")
             holder.release()
-            offloaded = srv.admin.flowfiles("out", node=1, drain=True)
+            offloaded = srv.admin.flowfiles("out", node=index, drain=True)
             if offloaded:
-                srv.admin.enqueue("out", [(ff["attributes"], ff["content"]) for ff in offloaded], node=0)
-            assert srv.admin.flowfiles("in", node=1) == []  # routed: nothing stays on the input port
-            srv.admin.remove_node(1)
-            wait_until(lambda: all(n["index"] != 1 for n in srv.admin.nodes()), what="node 1 to go")
+                srv.admin.enqueue("out", [(ff["attributes"], ff["content"]) for ff in offloaded],
+                                  node=(index + 1) % srv.nodes)
+            assert srv.admin.flowfiles("in", node=index) == []  # routed: nothing stays on the input port
+            srv.admin.remove_node(index)
+            removed_at = (len(sender.peers), len(receiver.peers))
+            wait_until(lambda: all(n["index"] != index for n in srv.admin.nodes()), what="the node to go")
             added = srv.admin.add_node()
             new_url = _api(added["url"])
             send_thread.join(90)
@@ -186,3 +211,4 @@ def test_node_removed_mid_transaction_then_one_added() -> None:
     assert ledger.duplicated() == 0 and not sender.ambiguous
     assert all(o is not None and o.startswith("failed") for o in held_outcomes.values()), held_outcomes
     assert new_url in sender.peers and receiver.peers.count(new_url) >= 1
+    assert victim not in sender.peers[removed_at[0]:] and victim not in receiver.peers[removed_at[1]:]
