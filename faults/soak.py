@@ -35,7 +35,6 @@ internals (it reads the admin API and /proc).
 from __future__ import annotations
 
 import argparse
-import gc
 import itertools
 import json
 import os
@@ -446,10 +445,6 @@ class _Soak:
         for c in self.clients:
             c.close()
         self.clients = []
-        # finished receive transactions and their packets form reference cycles that keep a
-        # response, its pool and an idle connection until the cyclic collector runs (the fds do
-        # not grow: a collection frees them); collect now, so the server sees those connections close
-        gc.collect()
 
     def _settle(self, server: ServerSubprocess, admin: AdminClient) -> None:
         """Wait (bounded) until the server holds no transaction and is back to its idle threads and

@@ -2,11 +2,18 @@
 receive through a real 2-node server with ``--data-dir``; every id arrives exactly once, RSS stays
 within its bound after the warm-up, threads and file descriptors of both processes return to their
 values before the workload, and no transaction is left open. Plus the checker's own bookkeeping and
-the server leak the soak found (the transaction history pinned every FlowFile it had moved)."""
+the two leaks the soak found (the server's transaction history pinned every FlowFile it had moved; a
+closed client left its pooled connections open until garbage collection)."""
 
 from __future__ import annotations
 
+import gc
+import os
+
+from serverproc import ServerProcess
+
 from faults.soak import CompactLedger, SoakConfig, run
+from pyspark_s2s.client import SiteToSiteClient, SiteToSiteClientConfig
 from pyspark_s2s.protocol.codes import Direction
 from pyspark_s2s.protocol.negotiation import HandshakeProperties
 from pyspark_s2s.server.model import Cluster, Content, FlowFile, PortSpec
@@ -67,3 +74,30 @@ def test_finished_transactions_keep_no_flowfiles() -> None:
     assert [t.outcome for t in cluster.history] == ["committed", "canceled"]
     assert all(t.flowfiles == [] for t in cluster.history)
     assert len(port.queue) == 5  # the committed ones are queued, the canceled ones dropped
+
+
+def test_a_closed_client_closes_its_idle_connections_at_once() -> None:
+    # regression (found by the soak): urllib3 2's PoolManager.clear() only forgets its pools (they
+    # close when garbage-collected), so a closed client kept its keep-alive connections -- and a
+    # server thread for each -- open while anything still referenced a response of it
+    def fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    with ServerProcess("--input-port", "in", "--output-port", "out", "--route", "in=out") as srv:
+        gc.collect()
+        gc.disable()
+        try:
+            before = fds()
+            client = SiteToSiteClient(SiteToSiteClientConfig(urls=srv.url, port_name="out"))
+            sender = SiteToSiteClient(SiteToSiteClientConfig(urls=srv.url, port_name="in"))
+            sender.send([(b"x" * 100, {"i": str(i)}) for i in range(3)])
+            with client.create_transaction(Direction.RECEIVE) as tx:  # kept: it refers to its response
+                assert len(list(tx)) == 3
+                tx.confirm()
+                tx.complete()
+            assert fds() > before
+            client.close()
+            sender.close()
+            assert fds() == before
+        finally:
+            gc.enable()
