@@ -13,7 +13,9 @@ How a partition is read (``read_partition``; docs/spark.md, "Delivery: exactly o
    towards a duplicate, never a loss; then replay;
 3. otherwise receive from the planned peer (another one when it is unreachable), write the Arrow
    batches to a new staged file (fsync + atomic rename), write a ``pending`` manifest, confirm the
-   NiFi transaction, mark the manifest ``confirmed``, and only then yield rows.
+   NiFi transaction, mark the manifest ``confirmed``, and only then yield rows. A confirm the
+   server refused (bad checksum, expired) or that never reached it (connection refused) drops
+   the staged round: NiFi did not commit, so it rolls back and the retry reads the FlowFiles again.
 
 A crash before the confirm leaves the NiFi transaction unconfirmed: NiFi rolls it back after its
 TTL and the retry pulls again. A crash after it replays the staged rows.
@@ -48,6 +50,7 @@ from pyspark_s2s.client import SiteToSiteClient
 from pyspark_s2s.client.client import _raises_at_once
 from pyspark_s2s.errors import (
     ChecksumMismatch,
+    PeerUnreachableError,
     S2SError,
     TransactionNotFoundError,
 )
@@ -311,8 +314,10 @@ def _pull_and_stage(client: SiteToSiteClient, opts: SparkOptions, part: NiFiPart
             try:
                 tx.confirm()
             except S2SError as exc:
-                if exc.http_status is not None:
-                    # the server answered (bad checksum, transaction expired): it rolled back
+                if exc.http_status is not None or isinstance(exc, PeerUnreachableError):
+                    # the server answered (bad checksum, transaction expired), or the confirm never
+                    # reached it (connection refused): either way NiFi did not commit; it rolls
+                    # back, and the FlowFiles are read again
                     staging.delete_round(part.scope, part.index, round_, staged.name)
                     raise
                 raise exc.with_prefix("the confirm's outcome is unknown; the staged FlowFiles are kept "

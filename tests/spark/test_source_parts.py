@@ -267,6 +267,38 @@ def test_confirm_lost_on_the_wire_fails_the_task_and_the_retry_settles_it(srv: S
     assert srv.admin.queued("out") == 0
 
 
+def test_a_confirm_that_never_reached_the_server_drops_the_round(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server is SIGKILLed between staging and the confirm: the confirm's connection is refused,
+    so NiFi cannot have committed. The staged round is dropped (keeping it would duplicate: the
+    FlowFiles roll back) and, after the restart on the same data directory, read once."""
+    from faults.harness import FaultServer
+
+    with FaultServer(nodes=1, ttl=30, inputs=(), routes=()) as server:
+        server.admin.enqueue("out", [({"uuid": f"id-{i}"}, b"x") for i in range(25)])
+        staging = StagingArea(str(tmp_path))
+        part = NiFiPartition(batch_scope(10), 0, server.url.split("//", 1)[1].split("/", 1)[0])
+        write_manifest = StagingArea.write_manifest
+
+        def kill_when_pending(self: StagingArea, scope: str, index: int, m: dict[str, Any], *a: Any) -> None:
+            write_manifest(self, scope, index, m, *a)
+            if m["state"] == "pending":
+                server.kill()  # a real crash, timed between staging and the confirm
+
+        monkeypatch.setattr(StagingArea, "write_manifest", kill_when_pending)
+        opts = SparkOptions.parse({"url": server.url, "portName": "out", "timeout": "5 sec"})
+        with pytest.raises(Exception, match="(?i)refused|cannot connect") as e:
+            list(read_partition(opts, arrow_source_schema(), part, staging))
+        assert "port=out" in str(e.value) or "port out" in str(e.value)
+        assert staging.manifest(part.scope, 0) is None  # the round is gone, not kept as pending
+        monkeypatch.undo()
+        server.restart()
+        assert server.admin.queued("out") == 25  # never committed: all back after the restart
+        rows = [r for b in read_partition(opts, arrow_source_schema(), part, staging) for r in b.to_pylist()]
+        assert sorted(r["uuid"] for r in rows) == sorted(f"id-{i}" for i in range(25))
+        assert server.admin.queued("out") == 0
+
+
 def test_bad_checksum_drops_the_staged_data_and_nifi_keeps_the_flowfiles(srv: ServerProcess,
                                                                          tmp_path: Path) -> None:
     _fill(srv, 8)
