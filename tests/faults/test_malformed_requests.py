@@ -242,7 +242,9 @@ CASES = [
                                                query="?responseCode=12&checksum=1"), 404, "§1.8 -> 404 JSON 250"),
     Case("transaction of another port", lambda s: request(
         "PUT", s.path("input-ports", "in2", s.create("input-ports", "in")), V), 404,
-         "§6: the transaction is not one of that port -> 404 (the transaction stays open)"),
+         "NiFi keys transactions by id only and would extend it (200); this server answers 404 on "
+         "purpose (http.py _transaction: it catches clients that mix up transaction URLs); the "
+         "transaction stays open"),
     # -- bodies (§1.5, §3) -------------------------------------------------------------------------
     Case("upload of no packets", _on_tx("input-ports", "in", "POST", flow_files=True), 400,
          "§1.5: 0 packets -> 400 text; the transaction is rolled back"),
