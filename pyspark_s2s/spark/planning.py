@@ -63,14 +63,23 @@ def allocate(weights: Sequence[tuple[str, float]], total: int) -> dict[str, int]
     return dict(sorted(alloc.items()))
 
 
+#: the weight a listed peer with no queued FlowFiles (at the last peer refresh) is planned with
+IDLE_WEIGHT = 0.001
+
+
 def make_plan(weights: Sequence[tuple[str, float]], *, min_partitions: int | None,
               max_flow_files: int | None, max_bytes: int | None) -> list[dict[str, Any]]:
-    """The plan of one micro-batch (the offset's ``plan``), or [] when no peer has a weight.
+    """The plan of one micro-batch (the offset's ``plan``), or [] when no peer is listed.
 
-    The per-trigger caps are split evenly over the partitions (rounded down; a cap smaller than
-    the partition count lowers the partition count), so a batch never asks for more in total.
+    Every listed peer gets a partition, a peer whose weight is 0 too: the weights come from a peer
+    list refreshed every ``peerRefreshInterval`` (60 s), so a node that was empty then may hold
+    FlowFiles now, and without a partition they would wait for the next refresh. Such a peer
+    weighs :data:`IDLE_WEIGHT`, less than any queue NiFi reports, so it gets one partition and
+    the extra ones go to the busy peers. The per-trigger caps are split evenly over the
+    partitions (rounded down; a cap smaller than the partition count lowers the partition count,
+    and the heaviest peers keep theirs), so a batch never asks for more in total.
     """
-    live = [(p, w) for p, w in weights if w > 0]
+    live = [(p, w if w > 0 else IDLE_WEIGHT) for p, w in weights]
     if not live:
         return []
     total = max(min_partitions or 0, len(live))

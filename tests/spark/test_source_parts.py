@@ -121,6 +121,13 @@ def test_plan_splits_per_trigger_caps_and_offsets_keep_key_order() -> None:
     text = json.dumps(offset)
     assert text.startswith('{"batch": 7, "plan": [{"peer": "a:1", "partitions": 2, "maxFlowFiles": 250')
     assert json.dumps(make_offset(7, json.loads(text)["plan"])) == text  # stable across a restart
+    # a node that was empty at the last peer refresh still gets a partition (it may hold FlowFiles
+    # now); the extra partitions go to the busy node, and a small cap keeps the busy node's
+    idle = make_plan([("a:1", 0.0), ("b:2", 100.0)], min_partitions=4, max_flow_files=None, max_bytes=None)
+    assert [(e["peer"], e["partitions"]) for e in idle] == [("a:1", 1), ("b:2", 3)]
+    one = make_plan([("a:1", 0.0), ("b:2", 100.0)], min_partitions=None, max_flow_files=1, max_bytes=None)
+    assert [(e["peer"], e["partitions"]) for e in one] == [("b:2", 1)]
+    assert make_plan([], min_partitions=2, max_flow_files=None, max_bytes=None) == []
     parts = partitions_of(offset)
     assert [(p.index, p.peer) for p in parts] == [(0, "a:1"), (1, "a:1"), (2, "b:2"), (3, "b:2")]
 
