@@ -22,6 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from wirework import (
@@ -107,24 +108,49 @@ def _workload(srv: FaultServer, prefix: str) -> tuple[Ledger, list[list[str]]]:
     return ledger, batches
 
 
+@dataclass
+class _Held:
+    """The workload running, with a send and a receive held on the node that was then stopped."""
+
+    sender: Sender
+    receiver: Receiver
+    send_thread: threading.Thread
+    send_errors: list[BaseException]
+    recv_thread: threading.Thread
+    recv_errors: list[BaseException]
+    index: int  # the stopped node
+    victim: str  # its API URL
+
+
+def _hold_then_stop(srv: FaultServer, holder: _Holder, cin: Any, cout: Any, ledger: Ledger,
+                    batches: list[list[str]]) -> _Held:
+    """Start the sender and the receiver, wait until both hold a transaction on one node, stop that
+    node and wait until it rolled its transactions back (the holder is not released yet)."""
+    sender = Sender(cin, hook=holder.on_send)
+    receiver = Receiver(cout, ledger, hook=holder.on_receive)
+    send_thread, send_errors = run_thread(lambda: sender.send_all(batches), "cluster-sender")
+    # the receiver starts once the send is held, so the held node still has FlowFiles
+    assert holder.send_held.wait(30), send_errors
+    recv_thread, recv_errors = run_thread(lambda: receiver.receive_until_done(90), "cluster-receiver")
+    holder.wait(sender, receiver, send_errors + recv_errors)
+    index = holder.victim(srv)
+    srv.admin.stop_node(index)  # answered first, done right after
+    wait_until(lambda: not _node(srv, index)["alive"] and _node(srv, index)["activeTransactions"] == 0,
+               what="the node to stop and roll back its transactions")
+    return _Held(sender, receiver, send_thread, send_errors, recv_thread, recv_errors, index,
+                 _api(srv.urls[index]))
+
+
 def test_node_stopped_mid_transaction_then_started() -> None:
     started = time.monotonic()
     with running(FaultServer(nodes=3, ttl=3, durable=False)) as srv:
         ledger, batches = _workload(srv, "nodestop")
         holder = _Holder()
         with srv.client("in", **CLIENT) as cin, srv.client("out", batch_count=50, **CLIENT) as cout:
-            sender = Sender(cin, hook=holder.on_send)
-            receiver = Receiver(cout, ledger, hook=holder.on_receive)
-            send_thread, send_errors = run_thread(lambda: sender.send_all(batches), "cluster-sender")
-            # the receiver starts once the send is held, so the held node still has FlowFiles
-            assert holder.send_held.wait(30), send_errors
-            recv_thread, recv_errors = run_thread(lambda: receiver.receive_until_done(90), "cluster-receiver")
-            holder.wait(sender, receiver, send_errors + recv_errors)
-            index = holder.victim(srv)
-            victim = _api(srv.urls[index])
-            srv.admin.stop_node(index)  # answered first, done right after
-            wait_until(lambda: not _node(srv, index)["alive"] and _node(srv, index)["activeTransactions"] == 0,
-                       what="the node to stop and roll back its transactions")
+            run = _hold_then_stop(srv, holder, cin, cout, ledger, batches)
+            sender, receiver, index, victim = run.sender, run.receiver, run.index, run.victim
+            send_thread, send_errors, recv_thread, recv_errors = (run.send_thread, run.send_errors,
+                                                                  run.recv_thread, run.recv_errors)
             down_from = (len(sender.peers), len(receiver.peers))
             holder.release()
             # the workload goes on without that node for a while
@@ -165,19 +191,11 @@ def test_node_removed_mid_transaction_then_one_added() -> None:
         ledger.expect(fid for b in after for fid in b)
         holder = _Holder()
         with srv.client("in", **CLIENT) as cin, srv.client("out", batch_count=50, **CLIENT) as cout:
-            sender = Sender(cin, hook=holder.on_send)
-            receiver = Receiver(cout, ledger, hook=holder.on_receive)
-            send_thread, send_errors = run_thread(lambda: sender.send_all(batches), "cluster-sender")
-            # the receiver starts once the send is held, so the held node still has FlowFiles
-            assert holder.send_held.wait(30), send_errors
-            recv_thread, recv_errors = run_thread(lambda: receiver.receive_until_done(90), "cluster-receiver")
-            holder.wait(sender, receiver, send_errors + recv_errors)
-            index = holder.victim(srv)
-            victim = _api(srv.urls[index])
             # decommission the node as NiFi does: disconnect, offload its FlowFiles, delete
-            srv.admin.stop_node(index)
-            wait_until(lambda: not _node(srv, index)["alive"] and _node(srv, index)["activeTransactions"] == 0,
-                       what="the node to stop and roll back its transactions")
+            run = _hold_then_stop(srv, holder, cin, cout, ledger, batches)
+            sender, receiver, index, victim = run.sender, run.receiver, run.index, run.victim
+            send_thread, send_errors, recv_thread, recv_errors = (run.send_thread, run.send_errors,
+                                                                  run.recv_thread, run.recv_errors)
             holder.release()
             offloaded = srv.admin.flowfiles("out", node=index, drain=True)
             if offloaded:

@@ -7,7 +7,7 @@ Owns: the table of malformed requests and the status each must get (docs/reliabi
 Must not import: the server's internals (it talks HTTP to a subprocess and reads the admin API),
 pyspark.
 
-Section numbers (§) refer to ../shared/PROTOCOL.md. HTTP-level answers (request line, framing,
+Section numbers (§) refer to docs/protocol.md. HTTP-level answers (request line, framing,
 header sizes) are Jetty's, the container NiFi runs in; resource-level answers (unknown path,
 method) are JAX-RS's (Jersey).
 """
