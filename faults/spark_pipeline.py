@@ -86,6 +86,9 @@ class SparkPipeline:
                     logger.info("pipeline query ended (%s); restarting from its checkpoint", self.failures[-1])
                     if not self.srv.alive():
                         continue  # a killed server comes back within the round; retry then
+                    # Spark looks a streaming sink's format up in the thread's active session,
+                    # which a thread of our own does not have (docs/spark.md, "Threads")
+                    self.spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(self.spark._jsparkSession)
                     self.query = self._start_query()
                     self.restarts += 1
             except Exception as exc:  # noqa: BLE001 - a restart that fails is retried next tick
