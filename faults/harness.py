@@ -17,8 +17,7 @@ import subprocess
 import tempfile
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -93,6 +92,11 @@ class Ledger:
     def record(self, ids: Iterable[str]) -> None:
         with self._lock:
             self.arrived.update(ids)
+
+    def counts(self) -> dict[str, int]:
+        """How often each id arrived so far (a copy: arrivals may go on in other threads)."""
+        with self._lock:
+            return dict(self.arrived)
 
     def lost(self) -> set[str]:
         with self._lock:
@@ -295,8 +299,3 @@ class FaultServer:
                 out.append(id_of(ff["attributes"], ff["content"]))
         return out
 
-
-@contextmanager
-def fault_server(**kw: Any) -> Iterator[FaultServer]:
-    with FaultServer(**kw) as srv:
-        yield srv

@@ -343,13 +343,13 @@ class RandomizedRun:
         if self.pipeline is not None:
             # task mode: copies of one row share a de-dup key (identifiable); distinct keys for one
             # id mean distinct FlowFiles entered the pipeline, which only an in-doubt send makes
-            extra = {fid: self.pipeline.distinct_keys(fid) - 1 for fid in list(self.ledger.arrived)}
+            extra = {fid: self.pipeline.distinct_keys(fid) - 1 for fid in self.ledger.counts()}
             twice = sorted(fid for fid, n in extra.items() if n > self.in_doubt.get(fid, 0))
             if twice:
                 raise RoundFailure(f"{len(twice)} ids arrived under more de-dup keys than their in-doubt "
                                    f"sends explain (the source read a FlowFile twice): {twice[:10]}")
             return
-        dup = {fid: n - 1 for fid, n in self.ledger.arrived.items() if n > 1}
+        dup = {fid: n - 1 for fid, n in self.ledger.counts().items() if n > 1}
         unexplained = {fid: n for fid, n in dup.items() if n > self.in_doubt.get(fid, 0)}
         if unexplained:
             raise RoundFailure(f"{len(unexplained)} ids duplicated beyond their in-doubt transfers: "

@@ -34,6 +34,7 @@ __all__ = [
     "handshake_headers",
     "negotiate_transport_version",
     "parse_handshake_headers",
+    "parse_java_integer",
 ]
 
 logger = logging.getLogger(__name__)
@@ -43,8 +44,10 @@ _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 
 
-def _parse_java_integer(text: str, lo: int, hi: int) -> int | None:
-    """``Integer.valueOf`` / ``Long.parseLong``: the value, or None where Java throws."""
+def parse_java_integer(text: str, lo: int, hi: int) -> int | None:
+    """``Integer.valueOf`` / ``Long.parseLong``: the value, or None where Java throws or the value
+    is outside ``lo..hi``. Any length of text is safe (``int()`` alone refuses more than 4300
+    digits); the peer file and the server's Content-Length use it too."""
     if not _JAVA_INT.fullmatch(text):
         return None
     # leading zeros are fine in Java; more than 19 other digits are beyond any long (and int()
@@ -98,7 +101,7 @@ def negotiate_transport_version(
             http_status=400,
             response_code=ResponseCode.ABORT,
         )
-    requested = _parse_java_integer(header_value, _INT_MIN, _INT_MAX)
+    requested = parse_java_integer(header_value, _INT_MIN, _INT_MAX)
     if requested is None:
         raise ProtocolError(
             f"Specified protocol version was not in a valid number format: {header_value}",
@@ -136,7 +139,7 @@ def accept_server_version(
             f"Server didn't return confirmed protocol version ({Header.PROTOCOL_VERSION} header)",
             http_status=http_status,
         )
-    version = _parse_java_integer(header_value.strip(), _INT_MIN, _INT_MAX)
+    version = parse_java_integer(header_value.strip(), _INT_MIN, _INT_MAX)
     if version is None:
         raise ProtocolError(
             f"Server returned an invalid protocol version: {header_value!r}",
@@ -160,7 +163,7 @@ def accept_server_ttl(header_value: str | None, *, http_status: int = 201) -> in
         raise ProtocolError(
             f"Server didn't return {Header.SERVER_TTL}", http_status=http_status
         )
-    ttl = _parse_java_integer(header_value.strip(), 0, _INT_MAX)
+    ttl = parse_java_integer(header_value.strip(), 0, _INT_MAX)
     if ttl is None:
         raise ProtocolError(
             f"Server returned an invalid {Header.SERVER_TTL}: {header_value!r}",
@@ -232,7 +235,7 @@ def parse_handshake_headers(headers: HeaderLookup) -> HandshakeProperties:
         text = get_header(headers, header)
         if text is None or text == "":
             return None
-        value = _parse_java_integer(text, lo, hi)
+        value = parse_java_integer(text, lo, hi)
         if value is None:
             raise _illegal(prop, header, text)
         return value

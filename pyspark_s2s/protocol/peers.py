@@ -26,6 +26,7 @@ from typing import Any, Protocol, TypeGuard
 
 from pyspark_s2s.errors import ProtocolError
 from pyspark_s2s.protocol.codes import Direction
+from pyspark_s2s.protocol.negotiation import parse_java_integer
 from pyspark_s2s.protocol.urls import peer_api_url
 
 __all__ = [
@@ -297,7 +298,6 @@ def _jbool(value: bool) -> str:
 
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
-_JAVA_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
 
 
 def parse_peer_file(
@@ -333,13 +333,10 @@ def parse_peer_file(
         fields = line.split(":")
         while fields and fields[-1] == "":
             fields.pop()
-        if len(fields) not in (3, 4) or not fields[0] or not _JAVA_INT.fullmatch(fields[1]):
+        if len(fields) not in (3, 4) or not fields[0]:
             continue
-        digits = fields[1].lstrip("+-").lstrip("0")
-        if len(digits) > 5:  # no port (and int() refuses texts of more than 4300 digits)
-            continue
-        port = -int(digits or "0") if fields[1][0] == "-" else int(digits or "0")
-        if not 0 < port < 65536:
+        port = parse_java_integer(fields[1], 1, 65535)
+        if port is None:
             continue
         query = len(fields) == 4 and fields[3].lower() == "true"
         peers.append(PeerStatus(fields[0], port, fields[2].lower() == "true", 1, query))

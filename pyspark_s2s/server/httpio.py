@@ -14,6 +14,7 @@ import socket
 from typing import Any
 
 from pyspark_s2s.errors import ProtocolError
+from pyspark_s2s.protocol.negotiation import parse_java_integer
 
 __all__ = ["DRAIN_LIMIT", "READ_SIZE", "UPLOAD_READ_SIZE", "WRITE_BUFFER", "ChunkedWriter", "RequestBody"]
 
@@ -52,10 +53,10 @@ class RequestBody:
             # decimal digits only: int() would also take "+5", "5_0" or "-1"
             if raw and not (raw.isascii() and raw.isdigit()):
                 raise ProtocolError(f"invalid Content-Length {raw[:40]!r}")
-            digits = raw.lstrip("0")  # int() refuses texts of more than 4300 digits
-            if len(digits) > 18:  # beyond a Java long
+            length = parse_java_integer(raw or "0", 0, 2**63 - 1)
+            if length is None:  # beyond a Java long
                 raise ProtocolError(f"invalid Content-Length {raw[:40]!r}... (too large)")
-            self._remaining = int(digits or "0")
+            self._remaining = length
             self.done = self._remaining == 0
 
     def _line(self) -> bytes:
