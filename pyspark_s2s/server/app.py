@@ -110,19 +110,24 @@ class ServerApp:
     def stop_node(self, index: int) -> Node:
         with self._lifecycle:
             node = self._node(index)
-            server = self._servers.pop(index, None)
-            node.alive = False
-            if server is not None:
-                server.shutdown()
-                server.server_close()
-                server.close_connections()
-            thread = self._threads.pop(index, None)
-            if thread is not None:
-                thread.join(timeout=5)
-            with self.cluster.lock:
-                self.cluster.abort_node_transactions(node, "node stopped")
+            self._shut(node)
             logger.info("node %d stopped", index)
             return node
+
+    def _shut(self, node: Node) -> None:
+        """Close the node's listener and connections; its open transactions fail (rolled back)."""
+        index = node.index
+        server = self._servers.pop(index, None)
+        node.alive = False
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+            server.close_connections()
+        thread = self._threads.pop(index, None)
+        if thread is not None:
+            thread.join(timeout=5)
+        with self.cluster.lock:
+            self.cluster.abort_node_transactions(node, "node stopped")
 
     def start_node(self, index: int) -> Node:
         with self._lifecycle:
@@ -142,10 +147,12 @@ class ServerApp:
     def remove_node(self, index: int) -> Node:
         with self._lifecycle:
             node = self._node(index)
-            if node.alive:
-                self.stop_node(index)
+            # Out of every listing (peers, admin status) in one step, before the listener closes,
+            # so no client sees a node that is gone from the peers but still in the cluster.
             with self.cluster.lock:
                 node.removed = True
+            self._shut(node)
+            with self.cluster.lock:
                 for port in node.ports.values():
                     port.clear()
                 if node.store is not None:
