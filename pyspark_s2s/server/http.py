@@ -64,6 +64,7 @@ from pyspark_s2s.server.faults import Fault
 from pyspark_s2s.server.httpio import (
     READ_SIZE,
     UPLOAD_READ_SIZE,
+    WRITE_BUFFER,
     ChunkedWriter,
     RequestBody,
 )
@@ -128,6 +129,10 @@ def _acceptable(accept_headers: list[str], produces: str) -> bool:
     return False
 
 
+#: large content leaves in HTTP chunks of about this size (its 64 KiB pieces gathered, not copied)
+GATHER_SIZE = 256 * 1024
+
+
 def _write_flowfiles(out: ChunkedWriter, encoder: PacketStreamEncoder, flowfiles: list[FlowFile]) -> None:
     """Encode ``flowfiles`` onto ``out``. Wire-form FlowFiles that lie back to back in one
     buffer (one upload's run) go out as one slice of it, checksummed in one call."""
@@ -154,8 +159,23 @@ def _write_flowfiles(out: ChunkedWriter, encoder: PacketStreamEncoder, flowfiles
             flush_run()
             run = None
         out.write(encoder.begin(ff.attributes, ff.size))
+        gathered: list[bytes] = []
+        pending = 0
         for piece in ff.content.chunks():
-            out.write(encoder.content(piece))
+            piece = encoder.content(piece)
+            if len(piece) < WRITE_BUFFER:  # small pieces (compressed, or small content): the writer coalesces them
+                if gathered:
+                    out.write_gathered(gathered)
+                    gathered, pending = [], 0
+                out.write(piece)
+                continue
+            gathered.append(piece)
+            pending += len(piece)
+            if pending >= GATHER_SIZE:
+                out.write_gathered(gathered)
+                gathered, pending = [], 0
+        if gathered:
+            out.write_gathered(gathered)
         out.write(encoder.end())
     if run is not None:
         flush_run()

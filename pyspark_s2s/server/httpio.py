@@ -11,6 +11,7 @@ Must not import: ``pyspark_s2s.client``, third-party packages.
 from __future__ import annotations
 
 import socket
+from collections.abc import Sequence
 from typing import Any
 
 from pyspark_s2s.errors import ProtocolError
@@ -146,6 +147,20 @@ class ChunkedWriter:
         self._buf += data
         if len(self._buf) >= WRITE_BUFFER:
             self.flush()
+
+    def write_gathered(self, pieces: Sequence[bytes | bytearray | memoryview]) -> None:
+        """``pieces`` as one chunk, gathered by ``sendmsg`` without joining them (large content
+        kept in 64 KiB pieces leaves in 256 KiB chunks: a quarter of the reads for the client)."""
+        if self._sock is None or len(pieces) < 2:
+            for piece in pieces:
+                self.write(piece)
+            return
+        size = sum(len(p) for p in pieces)
+        parts: list[bytes | bytearray | memoryview] = [b"%x\r\n" % size, *pieces, b"\r\n"]
+        if self._buf:
+            parts[:0] = [b"%x\r\n" % len(self._buf), self._buf, b"\r\n"]
+            self._buf = bytearray()
+        self._sendmsg(parts)
 
     def _sendmsg(self, parts: list[bytes | bytearray | memoryview]) -> None:
         assert self._sock is not None

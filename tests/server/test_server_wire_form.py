@@ -3,11 +3,12 @@ path would serve them, with valid random UUIDs, whatever mix of packets an uploa
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from pathlib import Path
 
-from s2shelp import S2S
+from s2shelp import RECEIVE, S2S, decode
 
 from pyspark_s2s.protocol.codec import PacketDecoder, PacketRun, encode_packet
 from pyspark_s2s.server.model import (
@@ -119,3 +120,32 @@ def test_data_dir_keeps_one_file_per_upload_run_until_its_last_flowfile_is_gone(
         assert [p.attributes["uuid"] for p in got] == ids
         assert list(content.iterdir()) == []
         client.close()
+
+
+def test_large_content_leaves_in_gathered_chunks_in_order_with_a_valid_checksum(srv, s2s: S2S) -> None:
+    # 1 MiB + 5 bytes between small FlowFiles: the large content's 64 KiB pieces go out four to
+    # an HTTP chunk (one sendmsg, no copy), after the small packets buffered before them
+    big = os.urandom((1 << 20) + 5)
+    packets = [({"i": "a"}, b"first"), ({"i": "big"}, big), ({"i": "z"}, b"last")]
+    s2s.send(srv.port_id("in"), packets)
+    tx = s2s.open(RECEIVE, srv.port_id("out"))
+    r = s2s.download(tx, stream=True)
+    assert r.status_code == 202
+    sizes: list[int] = []
+    body = bytearray()
+    for chunk in r.raw.read_chunked(decode_content=False):
+        sizes.append(len(chunk))
+        body += chunk
+    got, crc = decode(bytes(body))
+    assert [(p.attributes["i"], p.content) for p in got] == [(a["i"], c) for a, c in packets]
+    assert sizes.count(4 * (64 << 10)) == 4  # the 16 whole pieces of the 1 MiB, gathered
+    assert s2s.commit(tx, 12, crc).status_code == 200
+    assert srv.admin.queued("out") == 0
+
+
+def test_compressed_large_content_is_served_in_order(srv, s2s: S2S) -> None:
+    big = os.urandom(300 << 10)  # incompressible: compressed frames of about the piece size
+    packets = [({"i": "a"}, b"first"), ({"i": "big"}, big), ({"i": "z"}, b"z" * 70_000)]
+    s2s.send(srv.port_id("in"), packets)
+    got = s2s.receive(srv.port_id("out"), compress=True)
+    assert [(p.attributes["i"], p.content) for p in got] == [(a["i"], c) for a, c in packets]
