@@ -605,48 +605,66 @@ def _stream_worker(url: str, n: int, what: str, ready: Any, go: Any, results: An
         s2s.close()
 
 
+def _run_streams(ctx: Any, url: str, n: int, streams: int, what: str, meter: CpuMeter, key: str) -> tuple[float, list[int]]:
+    """``streams`` worker processes moving ``n`` FlowFiles in all: (seconds from the first start
+    to the last end, FlowFiles per stream)."""
+    per = n // streams
+    ready, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=_stream_worker, args=(url, per, what, ready, go, results)) for _ in range(streams)]
+    for proc in procs:
+        proc.start()
+    try:
+        for _ in procs:
+            ready.get(timeout=120)
+        with meter.measure(key):
+            go.set()
+            got = [results.get(timeout=300) for _ in procs]
+    finally:
+        for proc in procs:
+            proc.join(timeout=60)
+            if proc.is_alive():
+                proc.kill()
+    total = sum(r[2] for r in got)
+    if total != per * streams:
+        raise RuntimeError(f"{streams} streams: {what} moved {total} of {per * streams}")
+    return max(r[1] for r in got) - min(r[0] for r in got), [r[2] for r in got]
+
+
 def bench_concurrent(url: str, n: int, streams: int, repeat: int, meter: CpuMeter) -> list[Row]:
-    """``streams`` client processes at once: each sends ``n / streams`` small FlowFiles, then all
-    drain the output port into Arrow together. Every stream is its own process, started and set
-    up before the clock runs, released together. Aggregate FlowFiles/s (first start to last end),
-    median of ``repeat``."""
+    """``streams`` client processes at once against one stream, in the same run: each sends its
+    share of ``n`` small FlowFiles, then all drain the output port into Arrow together. The single
+    stream is the same worker process moving all ``n``, so the comparison holds start-up, the last
+    empty transaction and process scheduling equal; one and ``streams`` alternate run by run, and
+    the figure is the median of the per-run ratios (aggregate / one stream). Every stream is its
+    own process, started and set up before the clock runs, released together."""
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")  # no inherited client threads or sockets
-    per = n // streams
-    send_secs: list[float] = []
-    recv_secs: list[float] = []
-    for _ in range(max(1, repeat)):
-        for what, out in (("send", send_secs), ("receive", recv_secs)):
-            ready, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
-            procs = [ctx.Process(target=_stream_worker, args=(url, per, what, ready, go, results))
-                     for _ in range(streams)]
-            for proc in procs:
-                proc.start()
-            try:
-                for _ in procs:
-                    ready.get(timeout=120)
-                with meter.measure(f"{streams}x {what}"):
-                    go.set()
-                    got = [results.get(timeout=300) for _ in procs]
-            finally:
-                for proc in procs:
-                    proc.join(timeout=60)
-                    if proc.is_alive():
-                        proc.kill()
-            total = sum(r[2] for r in got)
-            if total != per * streams:
-                raise RuntimeError(f"{streams} streams: {what} moved {total} of {per * streams}")
-            out.append(max(r[1] for r in got) - min(r[0] for r in got))
-    total = per * streams
-    return [
-        Row(f"small send, {streams} streams", total, packet_bytes(total, SMALL_ATTRS, SMALL_CONTENT),
-            statistics.median(send_secs), server_us=meter.us_per(f"{streams}x send", total)),
-        Row(f"small receive -> Arrow, {streams} streams", total,
-            packet_bytes(total, SMALL_ATTRS, SMALL_CONTENT), statistics.median(recv_secs),
-            server_us=meter.us_per(f"{streams}x receive", total),
-            note="MiB/s without the server's added attributes"),
-    ]
+    n -= n % streams
+    secs: dict[tuple[str, int], list[float]] = {}
+    shares: list[list[int]] = []
+    for run in range(max(1, repeat)):
+        for k in (1, streams) if run % 2 == 0 else (streams, 1):
+            for what in ("send", "receive"):  # the receive drains what the send left
+                took, per_stream = _run_streams(ctx, url, n, k, what, meter, f"{k}x {what}")
+                secs.setdefault((what, k), []).append(took)
+                if what == "receive" and k == streams:
+                    shares.append(sorted(per_stream, reverse=True))
+    rows: list[Row] = []
+    wire = packet_bytes(n, SMALL_ATTRS, SMALL_CONTENT)
+    for what, label in (("send", "small send"), ("receive", "small receive -> Arrow")):
+        one, many = secs[(what, 1)], secs[(what, streams)]
+        ratios = [a / b for a, b in zip(one, many)]  # rate ratio = inverse time ratio
+        note = "MiB/s without the server's added attributes" if what == "receive" else ""
+        rows.append(Row(f"{label}, 1 stream process", n, wire, statistics.median(one),
+                        server_us=meter.us_per(f"1x {what}", n), note=note))
+        spread = f"{min(ratios):.2f}-{max(ratios):.2f}"
+        rows.append(Row(f"{label}, {streams} streams", n, wire, statistics.median(many),
+                        server_us=meter.us_per(f"{streams}x {what}", n),
+                        note=f"{statistics.median(ratios):.2f} x one stream ({spread}; target >= 1)"))
+    median_share = statistics.median(s[0] for s in shares) / n
+    rows[-1].note += f"; busiest stream took {median_share:.0%} of the rows"
+    return rows
 
 
 # -- main --------------------------------------------------------------------------------------
@@ -661,6 +679,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=5,
                     help="runs per measurement: transfers report the median, in-memory decodes the best (default 5)")
     ap.add_argument("--streams", type=int, default=4, help="client processes in the concurrent group (default 4)")
+    ap.add_argument("--concurrent-small", type=int, default=400_000,
+                    help="small FlowFiles per run in the concurrent group, shared by its streams (default 400000)")
     ap.add_argument("--durable-small", type=int, default=20_000,
                     help="small FlowFiles per run in the --data-dir group (default 20000)")
     ap.add_argument("--huge-mib", type=int, default=1024, help="size of the FlowFile in the huge group (default 1024)")
@@ -699,7 +719,7 @@ def main(argv: list[str] | None = None) -> int:
                 server_peak("small", server)
         if "concurrent" in groups:
             with start_s2s_server() as server:
-                rows += bench_concurrent(server.url, args.small, args.streams, args.repeat, CpuMeter(server.pid))
+                rows += bench_concurrent(server.url, args.concurrent_small, args.streams, args.repeat, CpuMeter(server.pid))
                 server_peak(f"{args.streams} streams", server)
         if "durable" in groups:
             durable: dict[str, Row] = {}
