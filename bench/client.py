@@ -408,9 +408,10 @@ class S2S:
             raise RuntimeError(f"sent {completion.flow_files} of {n}")
         return secs
 
-    def receive(self, n: int) -> tuple[float, int]:
+    def receive(self, n: int, stream: bool = False) -> tuple[float, int]:
         """Receive until ``n`` FlowFiles arrived (as many transactions as the server makes);
-        (seconds, packet bytes on the wire)."""
+        (seconds, packet bytes on the wire). ``stream``: read each content as it arrives
+        (``receive(stream=True)`` and its chunks) instead of as one ``bytes`` per FlowFile."""
         from pyspark_s2s.protocol.codec import encode_packet_header
 
         got = 0
@@ -425,9 +426,15 @@ class S2S:
             content = 0
             t0 = time.perf_counter()
             tx = self.recv_client.create_transaction("receive")
-            for p in tx:
-                seen.append(p.attributes)
-                content += len(p.content)
+            if stream:
+                while (sp := tx.receive(stream=True)) is not None:
+                    seen.append(sp.attributes)
+                    for chunk in sp.chunks():
+                        content += len(chunk)
+            else:
+                for p in tx:
+                    seen.append(p.attributes)
+                    content += len(p.content)
             tx.confirm()
             tx.complete()
             secs += time.perf_counter() - t0
@@ -517,16 +524,18 @@ def arrow_decode(n: int, repeat: int) -> tuple[Row, Row]:
 
 
 def bench_transfer(name: str, s2s: S2S, plain: Plain, n: int, attrs: dict[str, str], content: bytes,
-                   repeat: int, meter: CpuMeter) -> list[Row]:
+                   repeat: int, meter: CpuMeter, streamed: bool = False) -> list[Row]:
     """Site-to-Site send and receive of ``n`` FlowFiles and plain transfers of the same bytes on
     the same server, interleaved run by run (so a change in machine load hits both), median of
-    ``repeat``."""
+    ``repeat``. ``streamed`` adds a receive that reads each content as a stream (as an
+    application writing large FlowFiles to files would) instead of as one ``bytes`` each."""
     send_bytes = packet_bytes(n, attrs, content)
     up_pieces = wire_pieces(n, attrs, content)
     send_secs: list[float] = []
     recv_secs: list[float] = []
     up: list[float] = []
     down: list[tuple[float, int]] = []
+    streamed_secs: list[float] = []
     recv_wire = 0
     for _ in range(max(1, repeat)):
         # both uploads start from the same server state (nothing held), so both pay the same
@@ -538,6 +547,10 @@ def bench_transfer(name: str, s2s: S2S, plain: Plain, n: int, attrs: dict[str, s
         with meter.measure(f"{name} receive"):
             secs, recv_wire = s2s.receive(n)
         recv_secs.append(secs)
+        if streamed:
+            s2s.send(n, attrs, content)
+            with meter.measure(f"{name} receive, streamed"):
+                streamed_secs.append(s2s.receive(n, stream=True)[0])
         plain.upload(wire_pieces(n, attrs, content, size=recv_wire))  # untimed: what to download
         down.append(plain.download())
         plain.clear()
@@ -546,13 +559,20 @@ def bench_transfer(name: str, s2s: S2S, plain: Plain, n: int, attrs: dict[str, s
     # the ratio meaningless
     down_secs = statistics.median(d[0] for d in down)
     down_bytes = down[0][1]
-    return [
+    rows = [
         Row(f"{name} send", n, send_bytes, statistics.median(send_secs), statistics.median(up),
             TARGETS.get(f"{name} send"), server_us=meter.us_per(f"{name} send", n),
             rate_target=TARGETS_PER_S.get(f"{name} send")),
         Row(f"{name} receive", n, recv_wire, statistics.median(recv_secs), down_secs,
-            TARGETS.get(f"{name} receive"), plain_bytes=down_bytes, server_us=meter.us_per(f"{name} receive", n)),
+            TARGETS.get(f"{name} receive"), plain_bytes=down_bytes, server_us=meter.us_per(f"{name} receive", n),
+            note="each content as one bytes object" if streamed else ""),
     ]
+    if streamed:
+        rows.append(Row(f"{name} receive, streamed", n, recv_wire, statistics.median(streamed_secs), down_secs,
+                        TARGETS.get(f"{name} receive"), plain_bytes=down_bytes,
+                        server_us=meter.us_per(f"{name} receive, streamed", n),
+                        note="receive(stream=True), content read chunk by chunk"))
+    return rows
 
 
 def bench_arrow_end_to_end(s2s: S2S, n: int, repeat: int, meter: CpuMeter, name: str = "small") -> Row:
@@ -752,7 +772,7 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     big = (bytes(range(256)) * 4096) * args.large_mib
                     rows += bench_transfer("large", s2s, plain, args.large, {"filename": "large.bin"}, big,
-                                           args.repeat, meter)
+                                           args.repeat, meter, streamed=True)
                 finally:
                     s2s.close()
                 server_peak("large", server)
