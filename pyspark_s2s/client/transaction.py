@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from http.client import HTTPException
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -634,7 +634,8 @@ class SendTransaction(_Transaction):
 
         For vectorised encoders (the Spark sink); checksummed like :meth:`send`. Large parts are
         handed to the upload as slices of the same buffer, which must not change afterwards.
-        Not with ``useCompression`` (NiFi wants one compression frame per packet).
+        Not with ``useCompression`` (NiFi wants one compression frame per packet): use
+        :meth:`send_encoded_packets` there.
         """
         machine = self._machine
         if machine.state is not ClientState.DATA_EXCHANGED or self._failure is not None:
@@ -653,6 +654,34 @@ class SendTransaction(_Transaction):
         if machine.state is not ClientState.DATA_EXCHANGED:
             self._handle(ClientEvent.SEND_PACKET)
         self.flow_files += flow_files
+        self.bytes += content_bytes
+
+    def send_encoded_packets(self, packets: Sequence[Sequence[bytes | memoryview]], content_bytes: int) -> None:
+        """Send whole packets the caller encoded in NiFi's codec, one sequence of buffers per
+        packet (e.g. its header and its content, slices of Arrow buffers). Like
+        :meth:`send_encoded`, and also with ``useCompression``: each packet then goes as its own
+        compression frame, the way NiFi writes and reads them."""
+        if not self._encoder.compress:
+            self.send_encoded([piece for packet in packets for piece in packet], len(packets), content_bytes)
+            return
+        machine = self._machine
+        if machine.state is not ClientState.DATA_EXCHANGED or self._failure is not None:
+            with self._lock:
+                self._check(ClientEvent.SEND_PACKET)
+        try:
+            if self._upload is None:
+                self._start_upload()
+            if self._raw_packets:
+                self._settle()
+            encoded = self._encoder.encoded_packet
+            for packet in packets:
+                for wire in encoded(packet):
+                    self._put_sliced(wire)
+        except S2SError as exc:
+            raise self._fail(exc) from None
+        if machine.state is not ClientState.DATA_EXCHANGED:
+            self._handle(ClientEvent.SEND_PACKET)
+        self.flow_files += len(packets)
         self.bytes += content_bytes
 
     def _begin(self, attrs: Mapping[str, str], size: int) -> bytes:

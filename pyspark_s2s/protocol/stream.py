@@ -10,7 +10,7 @@ Must not import: anything outside the standard library except ``pyspark_s2s.erro
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from pyspark_s2s.errors import ProtocolError
 from pyspark_s2s.protocol.codec import (
@@ -83,7 +83,8 @@ class PacketStreamEncoder:
     def encoded(self, plain: bytes | bytearray | memoryview, packets: int) -> bytes | bytearray | memoryview:
         """``packets`` whole packets the caller encoded itself (their uncompressed codec bytes, e.g.
         from a vectorised encoder), checksummed and counted as if :meth:`packet` had made them.
-        Returns ``plain`` (not copied). Not with compression (each packet must be its own frame)."""
+        Returns ``plain`` (not copied). Not with compression (each packet must be its own frame:
+        see :meth:`encoded_packet`)."""
         if self._left is not None:
             raise ProtocolError("encoded() called while a packet is still open")
         if self.compress:
@@ -92,6 +93,29 @@ class PacketStreamEncoder:
         self._plain_bytes += len(plain)
         self._packets += packets
         return plain
+
+    def encoded_packet(self, pieces: Sequence[bytes | bytearray | memoryview]) -> list[bytes | bytearray | memoryview]:
+        """One whole packet the caller encoded itself, its uncompressed codec bytes given as
+        ``pieces`` in order (e.g. a header slice and a content slice), checksummed and counted as
+        if :meth:`packet` had made it. Returns the wire pieces: ``pieces`` themselves (not copied),
+        or, with compression, the packet as one compression frame of its own (as NiFi reads it)."""
+        if self._left is not None:
+            raise ProtocolError("encoded_packet() called while a packet is still open")
+        frame = FrameWriter() if self.compress else None
+        out: list[bytes | bytearray | memoryview] = []
+        for piece in pieces:
+            self._crc.update(piece)
+            self._plain_bytes += len(piece)
+            if frame is None:
+                out.append(piece)
+            else:
+                wire = frame.write(piece)
+                if wire:
+                    out.append(wire)
+        if frame is not None:
+            out.append(frame.close())
+        self._packets += 1
+        return out
 
     def begin(self, attributes: Mapping[str, str], content_length: int) -> bytes:
         if self._left is not None:

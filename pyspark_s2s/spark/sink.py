@@ -270,6 +270,19 @@ class EncodedRows:
         out.lengths = pc.filter(pa.array(self.lengths, pa.int64()), mask).to_pylist()
         return out
 
+    def packet_parts(self, start: int, stop: int) -> list[list[bytes | memoryview]]:
+        """The wire bytes of rows ``start:stop``, one list per row (a compressed transaction
+        frames each packet apart); no copy."""
+        if self.content is None:
+            return [[_packet_slices(self.packets, i, i + 1)] for i in range(start, stop)]
+        out: list[list[bytes | memoryview]] = []
+        for i in range(start, stop):
+            row: list[bytes | memoryview] = [_packet_slices(self.packets, i, i + 1)]
+            if self.lengths[i]:
+                row.append(_packet_slices(self.content, i, i + 1))
+            out.append(row)
+        return out
+
     def parts(self, start: int, stop: int) -> list[bytes | memoryview]:
         """The wire bytes of rows ``start:stop``, in order, as few buffers as possible (no copy)."""
         if self.content is None:
@@ -414,6 +427,7 @@ class _PartitionWriter:
         self.batch_mode = opts.commit_mode == "batch"
         cfg = opts.client
         self.client = SiteToSiteClient(cfg)
+        self.compress = bool(cfg.use_compression)
         self.max_count = int(cfg.batch_count or 0)
         self.max_bytes = int(cfg.batch_size or 0)
         self.max_seconds = float(cfg.batch_duration or 0)
@@ -547,7 +561,10 @@ class _PartitionWriter:
                     j += 1
                 stop = j
             try:
-                tx.send_encoded(rows.parts(start, stop), stop - start, sum(lengths[start:stop]))
+                if self.compress:
+                    tx.send_encoded_packets(rows.packet_parts(start, stop), sum(lengths[start:stop]))
+                else:
+                    tx.send_encoded(rows.parts(start, stop), stop - start, sum(lengths[start:stop]))
             except S2SError as exc:
                 raise exc.with_prefix(self._where()) from None
             start = stop
@@ -834,9 +851,6 @@ class _NiFiWriter:
     def __init__(self, opts: SparkOptions, schema: StructType, overwrite: bool) -> None:
         self.opts = opts
         self.layout = check_sink_schema(schema)  # on the driver: a bad column set fails at query start
-        if opts.client.use_compression:
-            raise ConfigError("the nifi-s2s sink does not support useCompression yet (the source does)",
-                              option="useCompression")
         self.overwrite = overwrite  # NiFi ports only take new FlowFiles: every row is sent either way
         #: made once on the driver per writer (per micro-batch / per df.write), shared by its tasks
         self.write_token = uuid.uuid4().hex

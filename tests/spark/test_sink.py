@@ -375,3 +375,25 @@ def test_batch_write_in_batch_commit_mode(spark: Any, srv: ServerProcess) -> Non
     ffs = flat(drain(srv))
     assert_exactly_once(ffs, 200)
     assert {t["state"] for t in srv.admin.transactions() if t["direction"] == "send"} == {"COMMITTED"}
+
+
+# -- compression -------------------------------------------------------------------------------
+
+
+def test_compressed_writes_frame_every_packet_apart_small_and_large(spark: Any, srv: ServerProcess,
+                                                                   tmp_path: Path) -> None:
+    # the server reads compression strictly (one frame per packet, as NiFi does) and checks the
+    # CRC over the uncompressed packets; small rows are packets in one Arrow buffer, large rows
+    # (40 KiB, above LARGE_CONTENT) send their content from Spark's own buffer
+    batch_write(rows_df(spark, 200), srv.url, useCompression="true", batchCount="30", routing="roundRobin")
+    ffs = flat(drain(srv))
+    assert_exactly_once(ffs, 200)
+    assert all(ff["attributes"]["n"] == ff["content"].decode()[4:] for ff in ffs)
+    d = input_dir(tmp_path, 40, 40)
+    run_stream(stream_df(spark, d, pad=40_000), srv, tmp_path / "chk", useCompression="true",
+               commitMode="batch")
+    ffs = flat(drain(srv))
+    assert_exactly_once(ffs, 80)
+    assert all(ff["content"].decode().endswith("|" + "x" * 40_000) for ff in ffs)
+    sends = [t for t in srv.admin.transactions() if t["direction"] == "send"]
+    assert sends and all(t["compression"] and t["state"] == "COMMITTED" for t in sends)

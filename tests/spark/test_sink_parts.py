@@ -28,8 +28,10 @@ from pyspark_s2s.protocol.codec import decode_packets
 from pyspark_s2s.spark.options import SparkOptions
 from pyspark_s2s.spark.routing import HashRing, route_values, value_key
 from pyspark_s2s.spark.sink import (
+    LARGE_CONTENT,
     SINK_ATTRIBUTES,
     CommitLog,
+    EncodedRows,
     SinkCommitMessage,
     TaskIds,
     _packet_slices,
@@ -163,8 +165,6 @@ def test_an_expired_transaction_fails_the_batch_loudly_and_commits_nothing(srv: 
 
 
 def test_large_content_is_sent_from_sparks_buffer_and_encodes_the_same() -> None:
-    from pyspark_s2s.spark.sink import LARGE_CONTENT, EncodedRows
-
     ids = TaskIds("q", "1", 0, 0)
     big = pa.array([b"a" * LARGE_CONTENT * 2, None, b"b" * (LARGE_CONTENT * 3)])
     rows = EncodedRows(big, None, ids, 0)
@@ -176,10 +176,33 @@ def test_large_content_is_sent_from_sparks_buffer_and_encodes_the_same() -> None
     assert not EncodedRows(pa.array([b"small"]), None, ids, 0).large
 
 
-def test_compression_is_refused_on_the_driver() -> None:
-    from pyspark_s2s.spark.sink import NiFiBatchWriter
+def test_packet_parts_frame_each_row_apart_and_match_the_whole_packets() -> None:
+    ids = TaskIds("q", "0", 0, 0)
+    for content in (pa.array([b"a", None, b"ccc"]),
+                    pa.array([b"x" * (LARGE_CONTENT * 2), None, b"y" * (LARGE_CONTENT * 3)])):
+        rows = EncodedRows(content, None, ids, 0)
+        whole, _ = encode_packets(content, None, ids, 0)
+        per_row = rows.packet_parts(0, 3)
+        assert len(per_row) == 3
+        assert [b"".join(bytes(p) for p in row) for row in per_row] == [w.as_py() for w in whole]
 
-    schema = StructType([StructField("content", StringType())])
-    opts = SparkOptions.parse({"url": "http://127.0.0.1:9/nifi", "portName": "in", "useCompression": "true"})
-    with pytest.raises(ConfigError, match="useCompression"):
-        NiFiBatchWriter(opts, schema, False)
+
+def test_compressed_packet_parts_decode_with_strict_frames_and_the_same_crc() -> None:
+    from pyspark_s2s.protocol.codec import DataPacket
+    from pyspark_s2s.protocol.stream import PacketStreamDecoder, PacketStreamEncoder
+
+    ids = TaskIds("q", "0", 0, 0)
+    content = pa.array([b"x" * (LARGE_CONTENT * 2), None, b"y" * 100_000])
+    rows = EncodedRows(content, pa.array([[("k", "v")], None, []], pa.map_(pa.string(), pa.string())), ids, 0)
+    plain_enc, comp_enc = PacketStreamEncoder(), PacketStreamEncoder(compress=True)
+    plain = b"".join(bytes(w) for row in rows.packet_parts(0, 3) for w in plain_enc.encoded_packet(row))
+    wire = b"".join(bytes(w) for row in rows.packet_parts(0, 3) for w in comp_enc.encoded_packet(row))
+    assert plain_enc.checksum == comp_enc.checksum and len(wire) < len(plain) // 10
+    dec = PacketStreamDecoder(compressed=True, strict_frames=True)
+    dec.feed(wire)
+    dec.end_of_stream()
+    got = []
+    while isinstance(ev := dec.next_event(), DataPacket):
+        got.append(ev)
+    assert [p.content for p in got] == [b"x" * (LARGE_CONTENT * 2), b"", b"y" * 100_000]
+    assert got[0].attributes["k"] == "v" and dec.checksum == comp_enc.checksum
