@@ -1076,9 +1076,12 @@ class ReceiveTransaction(_Transaction):
             yield pkt
 
     # -- Arrow -------------------------------------------------------------------------------
-    def receive_record_batch(self, max_rows: int = 65536, max_bytes: int = 64 << 20) -> pa.RecordBatch | None:
+    def receive_record_batch(self, max_rows: int = 16384, max_bytes: int = 64 << 20) -> pa.RecordBatch | None:
         """Up to ``max_rows`` FlowFiles (stopping after ``max_bytes`` of content) as one Arrow
-        record batch ``(content binary, attributes map<string,string>)``; None at the end."""
+        record batch ``(content binary, attributes map<string,string>)``; None at the end.
+
+        16,384 rows by default: the receive buffer then stays a few MiB (small FlowFiles), which
+        measured 8-40 % faster end to end than 65,536-row batches (issue 9, docs/benchmarks.md)."""
         from pyspark_s2s.client.arrow import BatchReader
 
         with self._lock:
