@@ -53,7 +53,7 @@ from pyspark_s2s.protocol.negotiation import (
 from pyspark_s2s.protocol.peers import PeerStatus
 from pyspark_s2s.protocol.urls import resolve_location
 
-__all__ = ["SiteToSiteClient"]
+__all__ = ["SiteToSiteClient", "raises_at_once"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +61,10 @@ logger = logging.getLogger(__name__)
 _RAISE_CODES = (ResponseCode.UNKNOWN_PORT, ResponseCode.PORT_NOT_IN_VALID_STATE)
 
 
-def _raises_at_once(exc: S2SError) -> bool:
+def raises_at_once(exc: S2SError) -> bool:
+    """True for the errors NiFi's client raises at once instead of trying the next peer: the
+    port is unknown or not running, or access is denied (HTTP 403). Another node would answer
+    the same, so callers that retry elsewhere (the Spark source and sink) stop on them too."""
     if isinstance(exc, (UnknownPortError, PortNotRunningError)) or exc.response_code in _RAISE_CODES:
         return True
     return exc.http_status == 403
@@ -222,7 +225,7 @@ class SiteToSiteClient:
             except S2SError as exc:
                 peers.penalize(peer)
                 exc.with_context(peer=peer.api_url, port=self.config.port)
-                if _raises_at_once(exc):
+                if raises_at_once(exc):
                     raise
                 logger.info("transaction creation at %s failed (%s); trying the next peer", peer.api_url, exc)
                 attempts.append(f"{peer.hostname}:{peer.port}: {exc.message}")

@@ -35,7 +35,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 
 from pyspark_s2s.client import SiteToSiteClient
-from pyspark_s2s.client.client import _raises_at_once
+from pyspark_s2s.client.client import raises_at_once
 from pyspark_s2s.client.transaction import SendTransaction, TransactionHandle
 from pyspark_s2s.errors import (
     ConfigError,
@@ -492,12 +492,12 @@ class _PartitionWriter:
                 assert isinstance(tx, SendTransaction)
                 return tx
             except S2SError as exc:
-                if target is not None and self.ring is None and exc.retriable and not _raises_at_once(exc):
+                if target is not None and self.ring is None and exc.retriable and not raises_at_once(exc):
                     # round robin: a full or unreachable peer is skipped; NiFi's choice among the rest
                     logger.info("%s: %s failed (%s); another peer takes its rows", self._where(), target, exc)
                     target = None
                     continue
-                if _raises_at_once(exc) or not exc.retriable or time.monotonic() + pause > deadline:
+                if raises_at_once(exc) or not exc.retriable or time.monotonic() + pause > deadline:
                     raise exc.with_prefix(f"{self._where()}: no transaction could be opened"
                                        + (f" on {target}" if target else "")) from None
                 logger.info("%s: %s; trying again in %.1f s", self._where(), exc, pause)

@@ -47,7 +47,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from pyspark_s2s.client import SiteToSiteClient
-from pyspark_s2s.client.client import _raises_at_once
+from pyspark_s2s.client.client import raises_at_once
 from pyspark_s2s.errors import (
     ChecksumMismatch,
     PeerUnreachableError,
@@ -111,7 +111,7 @@ def _open(client: SiteToSiteClient, part: NiFiPartition, peer: str | None = None
     try:
         return client.create_transaction(Direction.RECEIVE, peer=peer or part.peer)
     except S2SError as exc:
-        if _raises_at_once(exc):
+        if raises_at_once(exc):
             raise
         logger.warning("partition %s/%d: planned peer %s failed (%s); choosing another peer",
                        part.scope, part.index, part.peer, exc)
