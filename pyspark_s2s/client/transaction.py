@@ -637,6 +637,16 @@ class SendTransaction(_Transaction):
         Not with ``useCompression`` (NiFi wants one compression frame per packet): use
         :meth:`send_encoded_packets` there.
         """
+        def put() -> None:
+            last = len(parts) - 1
+            for i, part in enumerate(parts):
+                self._put_sliced(self._encoder.encoded(part, flow_files if i == last else 0))
+
+        self._send_prepared(put, flow_files, content_bytes)
+
+    def _send_prepared(self, put: Callable[[], None], flow_files: int, content_bytes: int) -> None:
+        """The envelope of the pre-encoded sends: state check, upload start, ``put()`` the wire
+        bytes, then the state and the counters."""
         machine = self._machine
         if machine.state is not ClientState.DATA_EXCHANGED or self._failure is not None:
             with self._lock:
@@ -646,9 +656,7 @@ class SendTransaction(_Transaction):
                 self._start_upload()
             if self._raw_packets:
                 self._settle()
-            last = len(parts) - 1
-            for i, part in enumerate(parts):
-                self._put_sliced(self._encoder.encoded(part, flow_files if i == last else 0))
+            put()
         except S2SError as exc:
             raise self._fail(exc) from None
         if machine.state is not ClientState.DATA_EXCHANGED:
@@ -664,25 +672,13 @@ class SendTransaction(_Transaction):
         if not self._encoder.compress:
             self.send_encoded([piece for packet in packets for piece in packet], len(packets), content_bytes)
             return
-        machine = self._machine
-        if machine.state is not ClientState.DATA_EXCHANGED or self._failure is not None:
-            with self._lock:
-                self._check(ClientEvent.SEND_PACKET)
-        try:
-            if self._upload is None:
-                self._start_upload()
-            if self._raw_packets:
-                self._settle()
+        def put() -> None:
             encoded = self._encoder.encoded_packet
             for packet in packets:
                 for wire in encoded(packet):
                     self._put_sliced(wire)
-        except S2SError as exc:
-            raise self._fail(exc) from None
-        if machine.state is not ClientState.DATA_EXCHANGED:
-            self._handle(ClientEvent.SEND_PACKET)
-        self.flow_files += len(packets)
-        self.bytes += content_bytes
+
+        self._send_prepared(put, len(packets), content_bytes)
 
     def _begin(self, attrs: Mapping[str, str], size: int) -> bytes:
         try:
