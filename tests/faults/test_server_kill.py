@@ -23,7 +23,7 @@ from wirework import (
 )
 
 from faults.harness import FaultServer, Ledger
-from pyspark_s2s.client.transaction import SendTransaction
+from pyspark_s2s.client.transaction import ReceiveTransaction, SendTransaction
 
 
 def _transferring(srv: FaultServer, direction: str) -> bool:
@@ -147,8 +147,8 @@ def test_sigkill_mid_send_and_mid_receive(tmp_path: Path) -> None:
 def test_sigkill_while_large_flowfiles_stream(tmp_path: Path) -> None:
     """No injected stall: the server is killed from the test thread while a transaction of
     2 MiB FlowFiles streams, once during an upload (its producer pauses after the first
-    FlowFile) and once during a download (after the client read three); large contents are spooled to files on the server and
-    to content files in --data-dir at commit."""
+    FlowFile) and once during a download (the client holds it open after reading three); large
+    contents are spooled to files on the server and to content files in --data-dir at commit."""
     started = time.monotonic()
     ledger = Ledger()
     batches = batches_of("big", 24, 8)
@@ -184,11 +184,22 @@ def test_sigkill_while_large_flowfiles_stream(tmp_path: Path) -> None:
         assert sorted(srv.queued_ids("out")) == sorted(ledger.expected)
 
         with srv.client("out", timeout=10, penalization_period=0.5, batch_count=8) as rclient:
-            receiver = Receiver(rclient, ledger, hook=lambda n, tx: third.set() if n == 3 else None)
+            down_killed = threading.Event()
+
+            def pause_at_third(n: int, tx: ReceiveTransaction) -> None:
+                # the receiver holds the download open until the kill: without the pause it could
+                # read the other five and send its confirm first, and a kill that lands on the
+                # confirm is in doubt (the restarted server answers 404 either way)
+                if n == 3 and not third.is_set():
+                    third.set()
+                    down_killed.wait(30)
+
+            receiver = Receiver(rclient, ledger, hook=pause_at_third)
             receiver.gate.clear()
             thread, errors = run_thread(lambda: receiver.receive_until_done(60), "big-receive")
             assert third.wait(30)
             srv.kill()
+            down_killed.set()
             wait_until(lambda: receiver.failures, what="the receiver to see the kill")
             srv.restart()
             assert len(srv.queued_ids("out")) == 24  # what the download had taken is back
