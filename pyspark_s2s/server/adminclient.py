@@ -10,6 +10,7 @@ Must not import: the client, the Spark layer, third-party packages.
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import os
 import ssl
@@ -73,6 +74,14 @@ class AdminClient:
             except (urllib.error.URLError, ConnectionError) as exc:
                 last = exc
                 continue
+            except http.client.HTTPException as exc:
+                # the answer broke off (e.g. the node is being stopped): a GET is asked of the
+                # next node; anything else may have been carried out, so it is not repeated
+                if method == "GET":
+                    last = exc
+                    continue
+                raise ConnectionError(f"the answer to the admin request {method} {path} from {url} broke off "
+                                      f"({type(exc).__name__}); the request may have been carried out") from None
         raise ConnectionError(f"no node answered the admin request {method} {path}: {last}")
 
     # -- reading --------------------------------------------------------------------------------

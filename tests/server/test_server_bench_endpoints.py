@@ -1,4 +1,5 @@
-"""The admin API's plain-transfer endpoints that bench.client uses as its baseline."""
+"""The admin API's plain-transfer endpoints that bench.client uses as its baseline, and the admin
+client's failover when an answer breaks off."""
 
 from __future__ import annotations
 
@@ -28,3 +29,40 @@ def test_plain_upload_is_kept_and_downloaded_back_byte_for_byte(srv) -> None:  #
 def test_plain_endpoints_refuse_other_methods(srv) -> None:  # type: ignore[no-untyped-def]
     r = requests.put(_root(srv) + "/s2s-admin/bench/upload", data=b"x", timeout=30)
     assert r.status_code == 405 and "not allowed" in r.json()["error"]
+
+
+def test_admin_client_fails_over_a_get_whose_answer_broke_off_but_not_a_post(srv) -> None:  # type: ignore[no-untyped-def]
+    # a node being stopped can close a connection mid-answer: a GET is asked of the next node, a
+    # POST (which may have been carried out) is not repeated
+    import socket
+    import threading
+
+    import pytest
+
+    from pyspark_s2s.server.adminclient import AdminClient
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    served = 0
+
+    def cut_answers() -> None:
+        nonlocal served
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+                served += 1
+
+    threading.Thread(target=cut_answers, daemon=True).start()
+    try:
+        admin = AdminClient([f"http://127.0.0.1:{port}/nifi", srv.url])
+        assert [n["index"] for n in admin.nodes()] == [0]  # from the second URL
+        with pytest.raises(ConnectionError, match=r"POST /ports/out/flowfiles .*broke off.*may have been carried out"):
+            admin.enqueue("out", count=1)
+        assert srv.admin.queued("out") == 0 and served == 2
+    finally:
+        listener.close()
