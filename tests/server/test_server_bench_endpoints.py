@@ -4,6 +4,7 @@ client's failover when an answer breaks off."""
 from __future__ import annotations
 
 import os
+import re
 
 import requests
 
@@ -53,7 +54,13 @@ def test_admin_client_fails_over_a_get_whose_answer_broke_off_but_not_a_post(srv
             except OSError:
                 return
             with conn:
-                conn.recv(65536)
+                request = b""
+                while b"\r\n\r\n" not in request:
+                    request += conn.recv(65536)
+                head, _, body = request.partition(b"\r\n\r\n")
+                length = re.search(rb"(?i)content-length: *(\d+)", head)
+                while length and len(body) < int(length.group(1)):
+                    body += conn.recv(65536)  # the whole request is read: the answer alone breaks off
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
                 served += 1
 
