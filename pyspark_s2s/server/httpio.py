@@ -130,19 +130,12 @@ class ChunkedWriter:
         if not data:
             return
         if len(data) >= WRITE_BUFFER:
-            head = b"%x\r\n" % len(data)
             if self._sock is not None:
-                parts: list[bytes | bytearray | memoryview] = [head, data, b"\r\n"]
-                if self._buf:
-                    # what is buffered (e.g. a packet header) leaves in the same system call,
-                    # not as a tiny segment of its own
-                    parts[:0] = [b"%x\r\n" % len(self._buf), self._buf, b"\r\n"]
-                    self._buf = bytearray()
-                self._sendmsg(parts)
+                self._send_chunk([data])
             else:
                 if self._buf:
                     self._write_buffer()
-                self._wfile.write(head + data + b"\r\n")
+                self._wfile.write(b"%x\r\n" % len(data) + data + b"\r\n")
             return
         self._buf += data
         if len(self._buf) >= WRITE_BUFFER:
@@ -155,6 +148,11 @@ class ChunkedWriter:
             for piece in pieces:
                 self.write(piece)
             return
+        self._send_chunk(pieces)
+
+    def _send_chunk(self, pieces: Sequence[bytes | bytearray | memoryview]) -> None:
+        """``pieces`` framed as one chunk in one ``sendmsg``; what is buffered (e.g. a packet
+        header) leaves in the same system call, not as a tiny segment of its own."""
         size = sum(len(p) for p in pieces)
         parts: list[bytes | bytearray | memoryview] = [b"%x\r\n" % size, *pieces, b"\r\n"]
         if self._buf:

@@ -121,6 +121,13 @@ class _Held:
     index: int  # the stopped node
     victim: str  # its API URL
 
+    def finish(self, timeout: float = 90) -> None:
+        """Both threads end, without an error."""
+        self.send_thread.join(timeout)
+        self.recv_thread.join(timeout)
+        assert not self.send_thread.is_alive() and not self.send_errors, self.send_errors
+        assert not self.recv_thread.is_alive() and not self.recv_errors, self.recv_errors
+
 
 def _hold_then_stop(srv: FaultServer, holder: _Holder, cin: Any, cout: Any, ledger: Ledger,
                     batches: list[list[str]]) -> _Held:
@@ -149,22 +156,17 @@ def test_node_stopped_mid_transaction_then_started() -> None:
         with srv.client("in", **CLIENT) as cin, srv.client("out", batch_count=50, **CLIENT) as cout:
             run = _hold_then_stop(srv, holder, cin, cout, ledger, batches)
             sender, receiver, index, victim = run.sender, run.receiver, run.index, run.victim
-            send_thread, send_errors, recv_thread, recv_errors = (run.send_thread, run.send_errors,
-                                                                  run.recv_thread, run.recv_errors)
             down_from = (len(sender.peers), len(receiver.peers))
             holder.release()
             # the workload goes on without that node for a while
-            wait_until(lambda: (len(sender.peers) >= down_from[0] + 3 or not send_thread.is_alive())
+            wait_until(lambda: (len(sender.peers) >= down_from[0] + 3 or not run.send_thread.is_alive())
                        and len(receiver.peers) >= down_from[1] + 1,
                        what=lambda: f"the workload to go on over the other nodes (from {down_from}: "
                             f"{len(sender.peers)} sends, {len(receiver.peers)} receives, "
-                            f"failures {sender.failures[-1:]} {receiver.failures[-1:]}, errors {send_errors} {recv_errors}, alive {send_thread.is_alive()} {recv_thread.is_alive()} {ledger.summary()} {sender.transactions})")
+                            f"failures {sender.failures[-1:]} {receiver.failures[-1:]}, errors {run.send_errors} {run.recv_errors}, alive {run.send_thread.is_alive()} {run.recv_thread.is_alive()} {ledger.summary()} {sender.transactions})")
             queued_on_down_node = _node(srv, index)["queued"]
             srv.admin.start_node(index)
-            send_thread.join(90)
-            recv_thread.join(90)
-            assert not send_thread.is_alive() and not send_errors, send_errors
-            assert not recv_thread.is_alive() and not recv_errors, recv_errors
+            run.finish()
         history = {t["id"]: t for t in srv.admin.transactions()}
         held_outcomes = {k: history[v]["outcome"] for k, v in holder.held.items()}
         served_after_start = sum(1 for t in history.values() if t["node"] == index and t["outcome"] == "committed"
@@ -194,8 +196,6 @@ def test_node_removed_mid_transaction_then_one_added() -> None:
             # decommission the node as NiFi does: disconnect, offload its FlowFiles, delete
             run = _hold_then_stop(srv, holder, cin, cout, ledger, batches)
             sender, receiver, index, victim = run.sender, run.receiver, run.index, run.victim
-            send_thread, send_errors, recv_thread, recv_errors = (run.send_thread, run.send_errors,
-                                                                  run.recv_thread, run.recv_errors)
             holder.release()
             offloaded = srv.admin.flowfiles("out", node=index, drain=True)
             if offloaded:
@@ -207,16 +207,13 @@ def test_node_removed_mid_transaction_then_one_added() -> None:
             wait_until(lambda: all(n["index"] != index for n in srv.admin.nodes()), what="the node to go")
             added = srv.admin.add_node()
             new_url = _api(added["url"])
-            send_thread.join(90)
+            run.send_thread.join(90)
             # the client finds the new node through the peer list (refreshed every second) and
             # sends there: SEND weights favour the emptiest node
             wait_until(lambda: any(p.api_url == new_url for p, _ in cin.peer_statuses("send", refresh=True)),
                        what="the client to list the added node")
             sender.send_all(after)
-            send_thread.join(90)
-            recv_thread.join(90)
-            assert not send_thread.is_alive() and not send_errors, send_errors
-            assert not recv_thread.is_alive() and not recv_errors, recv_errors
+            run.finish()
         history = {t["id"]: t for t in srv.admin.transactions()}
         held_outcomes = {k: history[v]["outcome"] for k, v in holder.held.items() if v in history}
         settle_transactions(srv)
