@@ -6,7 +6,7 @@ acknowledged (a commit's 200, an admin enqueue/drain) is on disk first. Layout::
     <data-dir>/node-<k>/content/<flowfile-id>   content of a queued FlowFile (written, fsynced,
                                                then referenced)
     <data-dir>/node-<k>/content/run-<id>        the packets of small FlowFiles kept in wire form
-                                               (model.WireFlowFile): one file per upload run,
+                                               (flowfile.WireFlowFile): one file per upload run,
                                                deleted with the last of its FlowFiles
     <data-dir>/node-<k>/journal.log            one JSON record per line, each with a sequence
                                                number; fsynced before the change is answered
@@ -33,7 +33,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from pyspark_s2s.server.model import Content, FlowFile, WireFlowFile
+from pyspark_s2s.server.flowfile import Content, FlowFile, WireFlowFile
 
 __all__ = ["NodeStore"]
 
