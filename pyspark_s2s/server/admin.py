@@ -1,7 +1,8 @@
 """The admin API of the reference server (JSON under ``/s2s-admin`` on every node).
 
 Owns: the admin routes: status, transaction history, port stop/start/capacity, queue fill /
-list / drain, node add/remove/stop/start, faults, forced expiry, reset. Documented in
+list / drain, node add/remove/stop/start, faults, forced expiry, reset, and the load-balanced
+routes (strategy, per-node queue counts, what waits for an absent node). Documented in
 ``docs/server.md``. It is the only way tests reach the server's internals.
 
 Must not import: ``pyspark_s2s.client``, third-party packages.
@@ -178,6 +179,7 @@ def _status(h: AdminRequest) -> dict[str, Any]:
         ]
     return {
         "nodes": nodes,
+        "routes": cluster.describe_routes()["routes"],
         "ttl": cluster.ttl,
         "secure": h.app.secure,
         "process": process_memory(),
@@ -310,6 +312,8 @@ def _route(
     cluster = app.cluster
     if path == "/s2s-admin/status" and method == "GET":
         return 200, _status(h)
+    if path == "/s2s-admin/routes" and method == "GET":
+        return 200, cluster.describe_routes()
     if path == "/s2s-admin/transactions" and method == "GET":
         wanted = _int_or_none(_q(query, "node"), "node")
         with cluster.lock:

@@ -126,6 +126,12 @@ class AdminClient:
                 ff["content"] = base64.b64decode(ff["content"])
         return out
 
+    def routes(self) -> dict[str, Any]:
+        """``{"routes": [{"input", "output", "strategy", "attribute", "nodes": [{"index", "alive",
+        "queued"}], "waiting": [{"holder", "target", "flowFiles", "bytes"}], "singleNode"?}],
+        "members": [...], "absentMembers": [...]}``."""
+        return dict(self.request("GET", "/routes"))
+
     def transactions(self, node: int | None = None) -> list[dict[str, Any]]:
         query = f"?node={node}" if node is not None else ""
         return self.request("GET", f"/transactions{query}")["transactions"]

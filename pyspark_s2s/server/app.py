@@ -105,6 +105,7 @@ class ServerApp:
             thread.start()
             node.alive = True
             logger.info("node %d listening on %s", node.index, node.url)
+            self.cluster.node_started(node)  # load-balanced routes: what waited for it goes to it
             return node
 
     def stop_node(self, index: int) -> Node:
@@ -153,6 +154,7 @@ class ServerApp:
                 node.removed = True
             self._shut(node)
             with self.cluster.lock:
+                self.cluster.node_removed(node)  # load-balanced routes: place its share elsewhere
                 for port in node.ports.values():
                     port.clear()
                 if node.store is not None:

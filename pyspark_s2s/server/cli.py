@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Self
 
 from pyspark_s2s.cli import ensure_directory, os_reason
 from pyspark_s2s.errors import CommandError, UsageError
@@ -40,11 +40,38 @@ def _name_id(value: str) -> tuple[str, str | None]:
     return value, None
 
 
-def _route(value: str) -> tuple[str, str]:
+class RouteArg(tuple[str, str]):
+    """A parsed ``--route``: the pair (IN, OUT), plus ``.balance`` (a model.LoadBalance)."""
+
+    balance: Any
+
+    def __new__(cls, src: str, dst: str, balance: Any) -> Self:
+        self = super().__new__(cls, (src, dst))
+        self.balance = balance
+        return self
+
+
+def _route(value: str) -> RouteArg:
+    """``IN=OUT[:STRATEGY]`` -> RouteArg. The strategy starts at the first ``:`` followed by a
+    strategy name, so port names may hold ``:`` and attribute names too."""
+    from pyspark_s2s.server.model import LOAD_BALANCE_STRATEGIES, LoadBalance
+
     if "=" not in value:
-        raise argparse.ArgumentTypeError(f"expected INPUT=OUTPUT, got {value!r}")
+        raise argparse.ArgumentTypeError(f"expected INPUT=OUTPUT[:STRATEGY], got {value!r}")
     src, dst = value.split("=", 1)
-    return src, dst
+    balance = LoadBalance()
+    at = dst.find(":")
+    while at >= 0:
+        tail = dst[at + 1 :]
+        if tail.partition("=")[0] in LOAD_BALANCE_STRATEGIES:
+            try:
+                balance = LoadBalance.parse(tail)
+            except ValueError as exc:
+                raise argparse.ArgumentTypeError(f"{value!r}: {exc}") from None
+            dst = dst[:at]
+            break
+        at = dst.find(":", at + 1)
+    return RouteArg(src, dst, balance)
 
 
 def _whole(minimum: int, what: str, maximum: int | None = None) -> Any:
@@ -97,8 +124,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a public input port (client SENDs into it); repeatable")
     p.add_argument("--output-port", action="append", type=_name_id, default=[], metavar="NAME[=ID]",
                    help="a public output port (client RECEIVEs from it); repeatable")
-    p.add_argument("--route", action="append", type=_route, default=[], metavar="INPUT=OUTPUT",
-                   help="queue FlowFiles committed into INPUT on OUTPUT (same node); repeatable")
+    p.add_argument("--route", action="append", type=_route, default=[], metavar="INPUT=OUTPUT[:STRATEGY]",
+                   help="queue FlowFiles committed into INPUT on OUTPUT; STRATEGY (a NiFi load-balanced "
+                        "connection): do-not-load-balance (default: OUTPUT of the same node), round-robin, "
+                        "single-node or partition-by-attribute=ATTR; repeatable")
     p.add_argument("--ttl", type=_positive, default=30, metavar="SECONDS",
                    help="transaction TTL in seconds (default 30, NiFi's default)")
     p.add_argument("--idle-timeout", type=_seconds, default=30.0, metavar="SECONDS",
@@ -149,12 +178,19 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
         raise UsageError("two ports share an id (--input-port/--output-port NAME=ID)")
     kinds = {s.name: s.kind for s in specs}
     routes: dict[str, str] = {}
-    for src, dst in args.route:
+    balance: dict[str, Any] = {}
+    for route in args.route:
+        src, dst = route
         if kinds.get(src) != "input":
             raise UsageError(f"--route {src}={dst}: {src!r} is not an input port")
         if kinds.get(dst) != "output":
-            raise UsageError(f"--route {src}={dst}: {dst!r} is not an output port")
+            hint = (" (a strategy follows ':': do-not-load-balance, round-robin, single-node, "
+                    "partition-by-attribute=ATTR)") if ":" in dst else ""
+            raise UsageError(f"--route {src}={dst}: {dst!r} is not an output port{hint}")
+        if src in routes:
+            raise UsageError(f"--route {src}=...: input port {src!r} is routed twice")
         routes[src] = dst
+        balance[src] = route.balance
     if args.port and args.port + args.nodes - 1 > 65535:
         raise UsageError(f"--port {args.port} --nodes {args.nodes}: node {args.nodes - 1} would need port "
                          f"{args.port + args.nodes - 1}, above 65535")
@@ -168,6 +204,7 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
         capacity=args.capacity,
         data_dir=args.data_dir,
         snapshot_every=args.snapshot_every,
+        balance=balance,
     )
     material = None
     ctx = None

@@ -5,6 +5,13 @@ routing, the transaction table walk, rollback, TTL expiry). Sockets and HTTP liv
 :mod:`pyspark_s2s.server.http`; this module never touches a socket. The FlowFile types are
 in :mod:`pyspark_s2s.server.flowfile` (re-exported here).
 
+Load-balanced routes (``--route IN=OUT:STRATEGY``, NiFi's load-balanced connections) are
+cluster rules and live here too, next to the commit they belong to, so that every transport
+(HTTP, RAW) gets them by calling :meth:`Cluster.commit_send`: which node's OUT queue a
+committed FlowFile goes to, the FlowFiles that wait for an absent node, the node set
+(ring) that single-node and partition-by-attribute choose from, kept in
+``<data-dir>/cluster.json``.
+
 Must not import: ``pyspark_s2s.client``, third-party packages.
 
 Locking: one re-entrant lock per :class:`Cluster` guards every queue, port and transaction
@@ -13,6 +20,8 @@ table. It is held only for short bookkeeping steps, never while bytes travel ove
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import threading
@@ -61,11 +70,13 @@ from pyspark_s2s.server.persist import NodeStore
 
 __all__ = [
     "ADDED_KEYS",
+    "LOAD_BALANCE_STRATEGIES",
     "SPOOL_LIMIT",
     "Cluster",
     "Content",
     "ContentWriter",
     "FlowFile",
+    "LoadBalance",
     "Node",
     "Port",
     "Transaction",
@@ -74,6 +85,7 @@ __all__ = [
     "port_id_for",
     "server_attributes",
     "uuid4_fields",
+    "wait_key",
     "wire_flowfiles",
 ]
 
@@ -90,6 +102,121 @@ _PORT_NAMESPACE = uuid.UUID("6f1b3c5e-2d4a-5b8e-9c7f-3e2d1a0b9c8d")
 def port_id_for(name: str, kind: str) -> str:
     """The stable id of a port given only by name: ``uuid5(<fixed namespace>, "<kind>:<name>")``."""
     return str(uuid.uuid5(_PORT_NAMESPACE, f"{kind}:{name}"))
+
+
+# -- load balancing ----------------------------------------------------------------------------
+
+DO_NOT_LOAD_BALANCE = "do-not-load-balance"
+ROUND_ROBIN = "round-robin"
+SINGLE_NODE = "single-node"
+PARTITION_BY_ATTRIBUTE = "partition-by-attribute"
+#: the strategies of ``--route IN=OUT:STRATEGY`` (NiFi's LoadBalanceStrategy values, spelled
+#: as NiFi's REST API spells them, lower case with dashes)
+LOAD_BALANCE_STRATEGIES = (DO_NOT_LOAD_BALANCE, ROUND_ROBIN, SINGLE_NODE, PARTITION_BY_ATTRIBUTE)
+
+
+@dataclass(frozen=True)
+class LoadBalance:
+    """How a route spreads what is committed into its input port over the cluster."""
+
+    strategy: str = DO_NOT_LOAD_BALANCE
+    #: partition-by-attribute only: the attribute whose value picks the node
+    attribute: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> LoadBalance:
+        """``do-not-load-balance``, ``round-robin``, ``single-node`` or
+        ``partition-by-attribute=ATTR``; ValueError naming what was wrong otherwise."""
+        name, sep, attribute = text.partition("=")
+        if name == PARTITION_BY_ATTRIBUTE:
+            if not attribute:
+                raise ValueError(f"{PARTITION_BY_ATTRIBUTE} needs an attribute name: "
+                                 f"{PARTITION_BY_ATTRIBUTE}=ATTR")
+            return cls(PARTITION_BY_ATTRIBUTE, attribute)
+        if name in LOAD_BALANCE_STRATEGIES and not sep:
+            return cls(name)
+        raise ValueError(f"unknown load-balance strategy {text!r}; expected one of "
+                         f"{', '.join(LOAD_BALANCE_STRATEGIES[:3])}, {PARTITION_BY_ATTRIBUTE}=ATTR")
+
+    @property
+    def balanced(self) -> bool:
+        return self.strategy != DO_NOT_LOAD_BALANCE
+
+    def __str__(self) -> str:
+        return self.strategy if self.attribute is None else f"{self.strategy}={self.attribute}"
+
+
+#: queue names of the FlowFiles a node holds for another node start with NUL: no port name can
+#: (a command-line argument cannot hold a NUL byte)
+_WAIT_PREFIX = "\x00wait\x00"
+
+
+def wait_key(target: int, input_port: str) -> str:
+    """The durable queue name of the FlowFiles committed into ``input_port`` that wait for node
+    ``target``."""
+    return f"{_WAIT_PREFIX}{target}\x00{input_port}"
+
+
+def _parse_wait_key(key: str) -> tuple[int, str] | None:
+    if not key.startswith(_WAIT_PREFIX):
+        return None
+    target, _, input_port = key[len(_WAIT_PREFIX) :].partition("\x00")
+    return int(target), input_port
+
+
+def _partition_key(value: str | None) -> bytes:
+    """What a partitioning attribute's value is hashed as; a missing attribute is a value of its
+    own, distinct from every string (those carry a ``v:`` prefix)."""
+    return b"\x00missing" if value is None else b"v:" + value.encode("utf-8")
+
+
+def owner_of(key: bytes, members: Iterable[int]) -> int:
+    """The member node that owns partition ``key``: highest random weight (rendezvous) hashing,
+    ``blake2b(key, node index)``. Only a departed node's keys move when the set shrinks, and a
+    new node takes only the keys it now wins."""
+    best = -1
+    owner = -1
+    for member in members:
+        score = int.from_bytes(
+            hashlib.blake2b(key, digest_size=8, salt=member.to_bytes(8, "big")).digest(), "big"
+        )
+        if score > best or (score == best and member < owner):
+            best, owner = score, member
+    if owner < 0:
+        raise ValueError("no member node to partition over")
+    return owner
+
+
+@dataclass(eq=False)
+class WaitQueue:
+    """FlowFiles a node holds for another node that is away (committed into ``input_port``,
+    bound for ``target``'s queue of the route's output port)."""
+
+    target: int
+    input_port: str
+    queue: deque[FlowFile] = field(default_factory=deque)
+    queued_bytes: int = 0
+
+    @property
+    def key(self) -> str:
+        return wait_key(self.target, self.input_port)
+
+    def push(self, flowfiles: list[FlowFile]) -> None:
+        self.queue.extend(flowfiles)
+        self.queued_bytes += sum(map(_size, flowfiles))
+
+    def take_all(self) -> list[FlowFile]:
+        items = list(self.queue)
+        self.queue.clear()
+        self.queued_bytes = 0
+        return items
+
+    def remove_ids(self, ids: set[str]) -> list[FlowFile]:
+        gone = [ff for ff in self.queue if ff.id in ids]
+        if gone:
+            self.queue = deque(ff for ff in self.queue if ff.id not in ids)
+            self.queued_bytes -= sum(map(_size, gone))
+        return gone
 
 
 # -- ports -------------------------------------------------------------------------------------
@@ -256,6 +383,8 @@ class Node:
     url: str = ""
     #: durable queues (``--data-dir``), a persist.NodeStore, or None
     store: Any = None
+    #: FlowFiles this node holds for nodes that are away, by wait_key
+    waiting: dict[str, WaitQueue] = field(default_factory=dict)
 
     def port_by_id(self, port_id: str) -> Port | None:
         for port in self.ports.values():
@@ -268,7 +397,18 @@ class Node:
         return self.ports.get(key) or self.port_by_id(key)
 
     def queued(self) -> int:
-        return sum(len(p.queue) for p in self.ports.values())
+        """Every FlowFile the node holds: its ports' queues and what waits for other nodes
+        (NiFi counts a load-balanced connection's partitions for other nodes too)."""
+        return sum(len(p.queue) for p in self.ports.values()) + sum(
+            len(w.queue) for w in self.waiting.values()
+        )
+
+    def waiting_for(self, target: int, input_port: str) -> WaitQueue:
+        key = wait_key(target, input_port)
+        wq = self.waiting.get(key)
+        if wq is None:
+            wq = self.waiting[key] = WaitQueue(target, input_port)
+        return wq
 
 
 @dataclass(frozen=True)
@@ -292,11 +432,18 @@ class Cluster:
         clock: Any = time.monotonic,
         data_dir: str | os.PathLike[str] | None = None,
         snapshot_every: int = 1000,
+        balance: dict[str, LoadBalance] | None = None,
     ) -> None:
         self.lock = threading.RLock()
         self.host = host
         self.port_specs = list(ports)
         self.routes = dict(routes or {})
+        #: the load-balance strategy of each route, by input port name (absent: do not balance)
+        self.balance = {name: lb for name, lb in (balance or {}).items() if lb.balanced}
+        #: the node set single-node and partition-by-attribute choose from (node indices);
+        #: kept in <data-dir>/cluster.json so that a restart maps keys as before
+        self.members: list[int] = []
+        self._rr_next: dict[str, int] = {}
         self.ttl = ttl
         self.default_capacity = capacity
         self.clock = clock
@@ -305,6 +452,8 @@ class Cluster:
         self._next_index = 0
         self.data_dir = data_dir
         self.snapshot_every = snapshot_every
+        if data_dir is not None:
+            self._load_members()
 
     # -- nodes ---------------------------------------------------------------------------------
     def new_node(self, port_number: int = 0) -> Node:
@@ -320,12 +469,25 @@ class Cluster:
             if self.data_dir is not None:
                 self._open_store(node)
             self.nodes.append(node)
+            if self.data_dir is not None:
+                self._drop_delivered_copies(node)
+            if node.index not in self.members:
+                self.members.append(node.index)
+                self.members.sort()
+                self._save_members()
             return node
 
     def _open_store(self, node: Node) -> None:
         assert self.data_dir is not None
         node.store = NodeStore(Path(self.data_dir) / f"node-{node.index}", self.snapshot_every)
         for name, flowfiles in node.store.load().items():
+            waiting = _parse_wait_key(name)
+            if waiting is not None:
+                if flowfiles:
+                    node.waiting_for(*waiting).push(flowfiles)
+                    logger.info("node %d: restored %d FlowFile(s) waiting for node %d",
+                                node.index, len(flowfiles), waiting[0])
+                continue
             port = node.ports.get(name)
             if port is None:
                 logger.warning(
@@ -374,6 +536,9 @@ class Cluster:
                         ff.release()
                 for port in node.ports.values():
                     port.clear()
+                for wq in node.waiting.values():
+                    for ff in wq.take_all():
+                        ff.release()
 
     def node(self, index: int) -> Node | None:
         for node in self.nodes:
@@ -546,7 +711,10 @@ class Cluster:
         with self.lock:
             node = self.node(tx.node)
             count = len(tx.flowfiles)
-            if node is not None:
+            balance = self.balance.get(tx.port.name)
+            if node is not None and balance is not None and tx.port.route_to is not None:
+                full = self._balance(node, tx.port.name, tx.port.route_to, balance, tx.flowfiles)
+            elif node is not None:
                 dest = self.destination(node, tx.port)
                 if node.store is not None:
                     node.store.add(dest.name, tx.flowfiles)
@@ -603,4 +771,250 @@ class Cluster:
                     port.clear()
                     port.state = RUNNING
                     port.capacity = port.initial_capacity
+                for wq in node.waiting.values():
+                    for ff in wq.take_all():
+                        ff.release()
+                node.waiting.clear()
+            self._rr_next.clear()
             self.history.clear()
+
+    # -- load-balanced routes (NiFi's load-balanced connections) -------------------------------
+    def _balance(
+        self, holder: Node, input_port: str, output: str, balance: LoadBalance, flowfiles: list[FlowFile]
+    ) -> bool:
+        """Place the FlowFiles of a commit into ``input_port`` on ``holder``: each one goes to
+        the OUT queue of the node the strategy picks, or waits on ``holder`` while that node is
+        away. Durable first (one journal record on the holder for the whole commit, then each
+        hand-over to another node), so a crash at any point leaves every FlowFile on exactly
+        one node. Returns whether an OUT queue that received FlowFiles is full afterwards."""
+        placement = self._place(holder, input_port, balance, flowfiles)
+        local = placement.pop(holder.index, [])
+        out = holder.ports[output]
+        if holder.store is not None:
+            holder.store.batch(
+                add={output: local, **{wait_key(t, input_port): items for t, items in placement.items()}}
+            )
+        out.push(local)
+        full = bool(local) and out.is_full()
+        for target_index, items in placement.items():
+            target = self.node(target_index)
+            if target is not None and target.alive:
+                full = self._hand_over(holder, target, input_port, output, items) or full
+            else:
+                holder.waiting_for(target_index, input_port).push(items)
+                logger.debug("node %d: %d FlowFile(s) of %s wait for node %d",
+                             holder.index, len(items), input_port, target_index)
+        return full
+
+    def _place(
+        self, holder: Node, input_port: str, balance: LoadBalance, flowfiles: list[FlowFile]
+    ) -> dict[int, list[FlowFile]]:
+        """Which node each FlowFile goes to (node index -> FlowFiles, in commit order)."""
+        placement: dict[int, list[FlowFile]] = {}
+        strategy = balance.strategy
+        if strategy == ROUND_ROBIN:
+            live = [n.index for n in self.nodes if n.alive and not n.removed] or [holder.index]
+            at = self._rr_next.get(input_port, 0)
+            for ff in flowfiles:
+                placement.setdefault(live[at % len(live)], []).append(ff)
+                at += 1
+            self._rr_next[input_port] = at % len(live)
+        elif strategy == SINGLE_NODE:
+            placement[self.single_node(holder)] = list(flowfiles)
+        elif strategy == PARTITION_BY_ATTRIBUTE:
+            members = self.members or [holder.index]
+            owners: dict[str | None, int] = {}
+            attribute = balance.attribute
+            for ff in flowfiles:
+                value = ff.attributes.get(attribute) if attribute is not None else None
+                owner = owners.get(value)
+                if owner is None:
+                    owner = owners[value] = owner_of(_partition_key(value), members)
+                placement.setdefault(owner, []).append(ff)
+        else:
+            placement[holder.index] = list(flowfiles)
+        return placement
+
+    def single_node(self, holder: Node | None = None) -> int:
+        """The node single-node routes send everything to: the member with the lowest index
+        (node 0 while it is a member), the same on every node (NiFi's FirstNodePartitioner
+        takes the first partition of the same sorted node list on every node)."""
+        if self.members:
+            return self.members[0]
+        return holder.index if holder is not None else 0
+
+    def _hand_over(self, holder: Node, target: Node, input_port: str, output: str, items: list[FlowFile]) -> bool:
+        """Move FlowFiles that wait on ``holder`` (durably, under their wait key) to ``target``'s
+        OUT queue: on the target's disk first, then gone from the holder's. A crash between the
+        two leaves a copy on both; :meth:`_drop_delivered_copies` removes the holder's at start."""
+        if target.store is not None:
+            target.store.add(output, items, link_from=holder.store.content_dir if holder.store else None)
+        if holder.store is not None:
+            holder.store.remove(wait_key(target.index, input_port), items)
+        port = target.ports[output]
+        port.push(items)
+        logger.debug("node %d -> node %d: %d FlowFile(s) of %s", holder.index, target.index, len(items), input_port)
+        return port.is_full()
+
+    def node_started(self, node: Node) -> None:
+        """``node`` listens (again): what live nodes hold for it goes to it, and what it holds
+        for live nodes goes to them."""
+        with self.lock:
+            if not node.alive or node.removed:
+                return
+            for holder in self.nodes:
+                if holder.removed or not holder.alive:
+                    continue
+                for key, wq in list(holder.waiting.items()):
+                    partner = wq.target
+                    if holder is not node and partner != node.index:
+                        continue
+                    target = self.node(partner)
+                    if target is None or not target.alive or target is holder:
+                        continue
+                    output = self.routes.get(wq.input_port)
+                    if output is None or output not in target.ports:
+                        continue  # the route is gone from the command line: kept, not served
+                    items = wq.take_all()
+                    del holder.waiting[key]
+                    if items:
+                        self._hand_over(holder, target, wq.input_port, output, items)
+                        logger.info("node %d -> node %d: %d waiting FlowFile(s) delivered",
+                                    holder.index, target.index, len(items))
+
+    def node_removed(self, node: Node) -> None:
+        """``node`` left the cluster for good (admin remove; called before its store is
+        destroyed): it leaves the member set, FlowFiles waiting for it are placed again by their
+        route's strategy, and FlowFiles it held for other nodes are taken over by the live member
+        with the lowest index (placed again from there)."""
+        with self.lock:
+            if node.index in self.members:
+                self.members.remove(node.index)
+                self._save_members()
+            heirs = [n for n in self.nodes if n.alive and not n.removed and n is not node]
+            for holder in [n for n in self.nodes if not n.removed and n is not node]:
+                for key, wq in list(holder.waiting.items()):
+                    if wq.target != node.index:
+                        continue
+                    self._replace_waiting(holder, holder, key, wq)
+            if heirs:
+                for key, wq in list(node.waiting.items()):
+                    self._replace_waiting(node, heirs[0], key, wq)
+            elif node.waiting:
+                logger.warning("node %d removed with FlowFiles waiting for other nodes and no live "
+                               "node to take them over: they are lost with it", node.index)
+
+    def _replace_waiting(self, holder: Node, heir: Node, key: str, wq: WaitQueue) -> None:
+        """Place FlowFiles that waited on ``holder`` again, from ``heir`` (which may be the
+        holder itself): one record on the heir adds them where they go now (its OUT queue or
+        its wait queues) and, if the heir is the holder, removes them from the old key."""
+        items = wq.take_all()
+        del holder.waiting[key]
+        output = self.routes.get(wq.input_port)
+        balance = self.balance.get(wq.input_port)
+        if not items or output is None or balance is None:
+            if items:  # the route is gone: keep them where they were
+                holder.waiting[key] = wq
+                wq.push(items)
+            return
+        placement = self._place(heir, wq.input_port, balance, items)
+        local = placement.pop(heir.index, [])
+        if heir.store is not None:
+            heir.store.batch(
+                add={output: local, **{wait_key(t, wq.input_port): ffs for t, ffs in placement.items()}},
+                remove={key: items} if heir is holder else None,
+                link_from=holder.store.content_dir if holder is not heir and holder.store else None,
+            )
+        if holder is not heir and holder.store is not None:
+            holder.store.remove(key, items)
+        heir.ports[output].push(local)
+        for target_index, ffs in placement.items():
+            target = self.node(target_index)
+            if target is not None and target.alive:
+                self._hand_over(heir, target, wq.input_port, output, ffs)
+            else:
+                heir.waiting_for(target_index, wq.input_port).push(ffs)
+
+    def _drop_delivered_copies(self, node: Node) -> None:
+        """At start: a hand-over cut by a crash leaves a FlowFile both on its target's queue and
+        in the holder's wait queue; the target's copy counts, the holder's goes."""
+        loaded = [n for n in self.nodes if not n.removed]
+        for holder in loaded:
+            for wq in list(holder.waiting.values()):
+                target = node if holder is not node else self.node(wq.target)
+                if target is None or wq.target != target.index:
+                    continue
+                output = self.routes.get(wq.input_port)
+                port = target.ports.get(output) if output is not None else None
+                if port is None or not port.queue:
+                    continue
+                ids = {ff.id for ff in port.queue}
+                gone = wq.remove_ids(ids)
+                if gone:
+                    if holder.store is not None:
+                        holder.store.remove(wq.key, gone)
+                    for ff in gone:
+                        ff.release()
+                    logger.info("node %d: %d FlowFile(s) already delivered to node %d before a crash",
+                                holder.index, len(gone), target.index)
+
+    def _members_path(self) -> Path:
+        assert self.data_dir is not None
+        return Path(self.data_dir) / "cluster.json"
+
+    def _load_members(self) -> None:
+        path = self._members_path()
+        if path.exists():
+            self.members = sorted(int(i) for i in json.loads(path.read_text("utf-8"))["members"])
+
+    def _save_members(self) -> None:
+        if self.data_dir is None:
+            return
+        path = self._members_path()
+        tmp = path.with_name(path.name + ".partial")
+        with open(tmp, "wb") as out:
+            out.write(json.dumps({"members": self.members}).encode())
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def describe_routes(self) -> dict[str, Any]:
+        """Each route with its strategy, its OUT queue on every node, and what waits for which
+        node (admin API ``GET /s2s-admin/routes``)."""
+        with self.lock:
+            nodes = [n for n in self.nodes if not n.removed]
+            alive = {n.index for n in nodes if n.alive}
+            routes = []
+            for input_port, output in self.routes.items():
+                balance = self.balance.get(input_port, LoadBalance())
+                waiting = [
+                    {"holder": n.index, "target": wq.target, "flowFiles": len(wq.queue), "bytes": wq.queued_bytes}
+                    for n in nodes
+                    for wq in n.waiting.values()
+                    if wq.input_port == input_port and wq.queue
+                ]
+                route: dict[str, Any] = {
+                    "input": input_port,
+                    "output": output,
+                    "strategy": balance.strategy,
+                    "attribute": balance.attribute,
+                    "nodes": [
+                        {"index": n.index, "alive": n.alive, "queued": len(n.ports[output].queue)}
+                        for n in nodes
+                        if output in n.ports
+                    ],
+                    "waiting": waiting,
+                }
+                if balance.strategy == SINGLE_NODE:
+                    route["singleNode"] = self.single_node()
+                routes.append(route)
+            return {
+                "routes": routes,
+                "members": list(self.members),
+                "absentMembers": [m for m in self.members if m not in alive],
+            }

@@ -15,7 +15,11 @@ acknowledged (a commit's 200, an admin enqueue/drain) is on disk first. Layout::
 
 Records: ``{"seq", "op": "add", "port", "items": [[id, attributes, size], ...]}`` (a wire-form
 FlowFile: ``[id, null, size, run, start, end, uuid_at]``, its packet ``run[start:end]``),
-``{"seq", "op": "remove", "port", "ids": [...]}``, ``{"seq", "op": "clear"}``. Replay = snapshot,
+``{"seq", "op": "remove", "port", "ids": [...]}``, ``{"seq", "op": "clear"}``, and
+``{"seq", "op": "batch", "add": {port: items}, "remove": {port: ids}}``: several queues changed
+by one record, all or nothing (a load-balanced commit, a FlowFile moved from one queue to
+another). Queue names are port names, or the keys the model gives the FlowFiles that wait for
+another node (``model.wait_key``). Replay = snapshot,
 then the journal records with a larger sequence number; a torn last line (crash mid-write) is
 ignored. FlowFiles a download has taken but not committed are still queued on disk: after a
 crash they are back, exactly as NiFi rolls back an uncommitted session.
@@ -119,28 +123,41 @@ class NodeStore:
     def _apply(self, record: dict[str, Any]) -> None:
         op = record["op"]
         if op == "add":
-            items = record["items"]  # fresh lists (built by add, or parsed from JSON)
-            self._queues.setdefault(record["port"], []).extend(items)
-            self._runs.update(i[3] for i in items if len(i) > 3)
+            self._apply_add(record["port"], record["items"])
         elif op == "remove":
-            gone = set(record["ids"])
-            keep = []
-            for i in self._queues.get(record["port"], []):
-                if i[0] not in gone:
-                    keep.append(i)
-                elif len(i) > 3:
-                    self._runs[i[3]] -= 1
-            self._queues[record["port"]] = keep
+            self._apply_remove(record["port"], record["ids"])
+        elif op == "batch":
+            for port, items in record.get("add", {}).items():
+                self._apply_add(port, items)
+            for port, ids in record.get("remove", {}).items():
+                self._apply_remove(port, ids)
         elif op == "clear":
             self._queues = {}
             self._runs.clear()
         else:
             raise ValueError(f"unknown journal operation {op!r}")
 
+    def _apply_add(self, port: str, items: list[list[Any]]) -> None:
+        # fresh lists (built by add, or parsed from JSON)
+        self._queues.setdefault(port, []).extend(items)
+        self._runs.update(i[3] for i in items if len(i) > 3)
+
+    def _apply_remove(self, port: str, ids: list[str]) -> None:
+        gone = set(ids)
+        keep = []
+        for i in self._queues.get(port, []):
+            if i[0] not in gone:
+                keep.append(i)
+            elif len(i) > 3:
+                self._runs[i[3]] -= 1
+        self._queues[port] = keep
+
     # -- changes -------------------------------------------------------------------------------
-    def write_contents(self, flowfiles: list[Any]) -> None:
+    def write_contents(self, flowfiles: list[Any], link_from: Path | None = None) -> None:
         """Make the contents durable (before the record that references them): one file per
-        FlowFile, or per upload run for FlowFiles kept in wire form."""
+        FlowFile, or per upload run for FlowFiles kept in wire form. ``link_from``: another
+        node's content directory; a file already there is hard-linked, not copied (contents
+        are never changed in place)."""
         files: dict[str, Any] = {}
         for ff in flowfiles:
             if type(ff) is WireFlowFile:
@@ -153,6 +170,14 @@ class NodeStore:
             path = self.content_dir / name
             if path.exists():
                 continue
+            if link_from is not None:
+                try:
+                    os.link(link_from / name, path)
+                except FileNotFoundError:
+                    pass  # not written there: copied below
+                else:
+                    written = True
+                    continue
             tmp = path.with_name(name + ".partial")
             with open(tmp, "wb") as out:
                 out.writelines(source if isinstance(source, tuple) else source.content.chunks())
@@ -163,21 +188,49 @@ class NodeStore:
         if written:
             _fsync_dir(self.content_dir)
 
-    def add(self, port: str, flowfiles: list[Any]) -> None:
-        if not flowfiles:
-            return
-        self.write_contents(flowfiles)
-        items = [
+    @staticmethod
+    def _items(flowfiles: list[Any]) -> list[list[Any]]:
+        return [
             [ff.id, None, ff[3], ff[5], ff[1], ff[2], ff[4]] if type(ff) is WireFlowFile
             else [ff.id, dict(ff.attributes), ff.size]
             for ff in flowfiles
         ]
-        self._record({"op": "add", "port": port, "items": items})
+
+    def add(self, port: str, flowfiles: list[Any], link_from: Path | None = None) -> None:
+        if not flowfiles:
+            return
+        self.write_contents(flowfiles, link_from)
+        self._record({"op": "add", "port": port, "items": self._items(flowfiles)})
+
+    def batch(
+        self,
+        add: dict[str, list[Any]] | None = None,
+        remove: dict[str, list[Any]] | None = None,
+        link_from: Path | None = None,
+    ) -> None:
+        """Add to and remove from several queues in one journal record (all or nothing after
+        a crash). Removed content files go as in :meth:`remove`."""
+        add = {port: ffs for port, ffs in (add or {}).items() if ffs}
+        remove = {port: ffs for port, ffs in (remove or {}).items() if ffs}
+        if not add and not remove:
+            return
+        self.write_contents([ff for ffs in add.values() for ff in ffs], link_from)
+        self._record({
+            "op": "batch",
+            "add": {port: self._items(ffs) for port, ffs in add.items()},
+            "remove": {port: [ff.id for ff in ffs] for port, ffs in remove.items()},
+        })
+        kept = {ff.id for ffs in add.values() for ff in ffs}  # moved within this node
+        self._unlink_unused([ff for ffs in remove.values() for ff in ffs if ff.id not in kept])
 
     def remove(self, port: str, flowfiles: list[Any]) -> None:
         if not flowfiles:
             return
         self._record({"op": "remove", "port": port, "ids": [ff.id for ff in flowfiles]})
+        self._unlink_unused(flowfiles)
+
+    def _unlink_unused(self, flowfiles: list[Any]) -> None:
+        """Delete the content files of removed FlowFiles that no queued FlowFile still uses."""
         names = {ff[5] if type(ff) is WireFlowFile else ff.id for ff in flowfiles}
         for name in names:
             if self._runs.get(name, 0) > 0:

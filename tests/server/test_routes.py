@@ -1,0 +1,220 @@
+"""Load-balanced routes (``--route IN=OUT:STRATEGY``, NiFi's load-balanced connections) on real
+server processes: where committed FlowFiles end up for each strategy, with nodes stopped,
+started and the whole server restarted (``--data-dir``)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from s2shelp import S2S
+from serverproc import ServerProcess
+
+PORTS = ("--input-port", "in", "--output-port", "out")
+
+
+def _wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Poll (bounded) for something the server does just after answering (a node stop)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def _send(srv: ServerProcess, node: int, packets: list[tuple[dict[str, str], bytes]]) -> None:
+    client = S2S(srv.api(node))
+    try:
+        result = client.send(srv.port_id("in"), packets)
+        assert result.response_code == 13, result
+    finally:
+        client.close()
+
+
+def _batch(tag: str, n: int, **attrs: str) -> list[tuple[dict[str, str], bytes]]:
+    return [({"tag": tag, "i": str(i), **attrs}, f"{tag}-{i}".encode()) for i in range(n)]
+
+
+def _queued(srv: ServerProcess) -> dict[int, int]:
+    """OUT queue length per node, from the routes' admin view."""
+    (route,) = srv.admin.routes()["routes"]
+    return {n["index"]: n["queued"] for n in route["nodes"]}
+
+
+def _contents(srv: ServerProcess, node: int) -> list[bytes]:
+    return [f["content"] for f in srv.admin.flowfiles("out", node=node)]
+
+
+def _stop(srv: ServerProcess, index: int) -> None:
+    srv.admin.stop_node(index)
+    assert _wait_for(lambda: not {n["index"]: n for n in srv.admin.nodes()}[index]["alive"])
+
+
+def test_route_strategy_is_validated_on_the_command_line() -> None:
+    from serverproc import ServerStartError
+
+    for route, message in (
+        ("in=out:partition-by-attribute", "needs an attribute name"),
+        ("in=out:round-robin=x", "unknown load-balance strategy"),
+        ("in=out:robin", "a strategy follows ':'"),
+    ):
+        with pytest.raises(ServerStartError) as err:
+            ServerProcess(*PORTS, "--route", route, startup_timeout=20).start()
+        assert message in str(err.value), route
+
+
+def test_do_not_load_balance_keeps_flowfiles_on_the_receiving_node() -> None:
+    with ServerProcess(*PORTS, "--route", "in=out:do-not-load-balance", nodes=3) as srv:
+        _send(srv, 1, _batch("a", 4))
+        _send(srv, 2, _batch("b", 2))
+        assert _queued(srv) == {0: 0, 1: 4, 2: 2}
+        (route,) = srv.admin.routes()["routes"]
+        assert route["strategy"] == "do-not-load-balance" and route["waiting"] == []
+
+
+def test_round_robin_spreads_evenly_and_skips_a_stopped_node() -> None:
+    with ServerProcess(*PORTS, "--route", "in=out:round-robin", nodes=3) as srv:
+        (route,) = srv.admin.routes()["routes"]
+        assert route["strategy"] == "round-robin"
+        for node in range(3):  # arriving on any node, spread over all of them
+            _send(srv, node, _batch(f"n{node}", 10))
+        assert _queued(srv) == {0: 10, 1: 10, 2: 10}
+        assert sorted(c for k in range(3) for c in _contents(srv, k)) == sorted(
+            f"n{n}-{i}".encode() for n in range(3) for i in range(10)
+        )
+        assert srv.admin.queued("in") == 0
+
+        _stop(srv, 2)  # its share goes to the others; nothing waits for it
+        _send(srv, 0, _batch("x", 20))
+        assert _queued(srv) == {0: 20, 1: 20, 2: 10}
+        assert srv.admin.routes()["routes"][0]["waiting"] == []
+        assert srv.admin.routes()["absentMembers"] == [2]
+
+        srv.admin.start_node(2)  # back in the rotation
+        _send(srv, 1, _batch("y", 30))
+        assert _queued(srv) == {0: 30, 1: 30, 2: 20}
+        every = Counter(c for k in range(3) for c in _contents(srv, k))
+        assert len(every) == 80 and set(every.values()) == {1}
+
+
+def test_single_node_waits_while_its_node_is_away() -> None:
+    with ServerProcess(*PORTS, "--route", "in=out:single-node", nodes=3) as srv:
+        _send(srv, 1, _batch("a", 5))
+        _send(srv, 2, _batch("b", 5))
+        (route,) = srv.admin.routes()["routes"]
+        assert route["singleNode"] == 0
+        assert _queued(srv) == {0: 10, 1: 0, 2: 0}
+
+        _stop(srv, 0)
+        _send(srv, 1, _batch("c", 7))
+        _send(srv, 2, _batch("d", 3))
+        routes = srv.admin.routes()
+        (route,) = routes["routes"]
+        assert sorted((w["holder"], w["target"], w["flowFiles"]) for w in route["waiting"]) == [(1, 0, 7), (2, 0, 3)]
+        assert routes["absentMembers"] == [0]
+        assert _queued(srv) == {0: 10, 1: 0, 2: 0}  # not failed over to the live nodes
+        nodes = {n["index"]: n for n in srv.admin.nodes()}
+        assert nodes[1]["queued"] == 7 and nodes[2]["queued"] == 3  # held, and counted, there
+
+        srv.admin.start_node(0)
+        assert srv.admin.routes()["routes"][0]["waiting"] == []
+        assert _queued(srv) == {0: 20, 1: 0, 2: 0}
+        assert sorted(_contents(srv, 0)) == sorted(
+            c for tag, n in (("a", 5), ("b", 5), ("c", 7), ("d", 3)) for _, c in _batch(tag, n)
+        )
+
+
+def _owners(srv: ServerProcess, nodes: list[int]) -> dict[str | None, set[int]]:
+    """Attribute value ``key`` (None: missing) -> the nodes whose OUT queue holds it."""
+    owners: dict[str | None, set[int]] = {}
+    for node in nodes:
+        for ff in srv.admin.flowfiles("out", node=node, content=False):
+            owners.setdefault(ff["attributes"].get("key"), set()).add(node)
+    return owners
+
+
+KEYS = [f"k{i}" for i in range(24)]
+
+
+def _keyed(tag: str) -> list[tuple[dict[str, str], bytes]]:
+    out = [({"key": k, "tag": tag}, f"{tag}-{k}".encode()) for k in KEYS]
+    out.append(({"tag": tag}, f"{tag}-missing".encode()))
+    return out
+
+
+def test_partition_by_attribute_across_a_stop_and_restarts(tmp_path: Path) -> None:
+    data = str(tmp_path / "data")
+    args = (*PORTS, "--route", "in=out:partition-by-attribute=key", "--data-dir", data)
+    srv = ServerProcess(*args, nodes=3).start()
+    try:
+        for node in range(3):
+            _send(srv, node, _keyed(f"r{node}"))
+        owners = _owners(srv, [0, 1, 2])
+        assert set(owners) == {*KEYS, None}
+        assert all(len(nodes) == 1 for nodes in owners.values()), owners  # a key on one node
+        first = {key: next(iter(nodes)) for key, nodes in owners.items()}
+        per_node = Counter(first.values())
+        assert set(per_node) == {0, 1, 2}, per_node  # every node owns some keys
+        assert sum(_queued(srv).values()) == 3 * 25
+
+        _stop(srv, 1)  # node 1's keys wait on the node that received them; no key moves
+        _send(srv, 0, _keyed("s"))
+        (route,) = srv.admin.routes()["routes"]
+        assert [(w["holder"], w["target"], w["flowFiles"]) for w in route["waiting"]] == [(0, 1, per_node[1])]
+        assert _owners(srv, [0, 2]) == {k: {n} for k, n in first.items() if n != 1}
+        assert srv.stop() == 0  # restart with node 1 still owed its FlowFiles (durable)
+    finally:
+        srv.stop()
+
+    srv = ServerProcess(*args, nodes=3).start()
+    try:
+        assert srv.admin.routes()["routes"][0]["waiting"] == []  # delivered once node 1 was up
+        assert _owners(srv, [0, 1, 2]) == {k: {n} for k, n in first.items()}
+        _send(srv, 2, _keyed("t"))
+        assert _owners(srv, [0, 1, 2]) == {k: {n} for k, n in first.items()}
+        assert sum(_queued(srv).values()) == 5 * 25
+        assert srv.stop() == 0
+    finally:
+        srv.stop()
+
+    # Restarted with node 2 missing: the kept node set still has it, so its keys wait for it
+    # instead of moving to nodes 0 and 1.
+    srv = ServerProcess(*args, nodes=2).start()
+    try:
+        routes = srv.admin.routes()
+        assert routes["members"] == [0, 1, 2] and routes["absentMembers"] == [2]
+        _send(srv, 0, _keyed("u"))
+        (route,) = srv.admin.routes()["routes"]
+        assert [(w["holder"], w["target"], w["flowFiles"]) for w in route["waiting"]] == [(0, 2, per_node[2])]
+        assert _owners(srv, [0, 1]) == {k: {n} for k, n in first.items() if n != 2}
+        added = srv.admin.add_node()  # node 2 comes back: it gets what waited
+        assert added["index"] == 2
+        assert srv.admin.routes()["routes"][0]["waiting"] == []
+        assert _owners(srv, [0, 1, 2]) == {k: {n} for k, n in first.items()}
+    finally:
+        srv.stop()
+
+
+def test_removing_a_node_moves_only_its_keys() -> None:
+    with ServerProcess(*PORTS, "--route", "in=out:partition-by-attribute=key", nodes=3) as srv:
+        _send(srv, 0, _keyed("a"))
+        before = {k: next(iter(n)) for k, n in _owners(srv, [0, 1, 2]).items()}
+        _stop(srv, 1)
+        _send(srv, 0, _keyed("b"))  # node 1's share waits on node 0
+        srv.admin.remove_node(1)  # gone for good: what waited for it is partitioned again
+        assert _wait_for(lambda: [n["index"] for n in srv.admin.nodes()] == [0, 2])
+        routes = srv.admin.routes()
+        assert routes["members"] == [0, 2] and routes["routes"][0]["waiting"] == []
+        _send(srv, 2, _keyed("c"))
+        after: dict[str | None, set[int]] = {}
+        for node in (0, 2):
+            for ff in srv.admin.flowfiles("out", node=node, content=False):
+                if ff["attributes"]["tag"] in ("b", "c"):
+                    after.setdefault(ff["attributes"].get("key"), set()).add(node)
+        assert all(len(n) == 1 for n in after.values())
+        moved = {k for k, n in after.items() if before[k] != next(iter(n))}
+        assert moved == {k for k, n in before.items() if n == 1}  # only node 1's keys moved
