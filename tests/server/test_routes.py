@@ -4,14 +4,20 @@ started and the whole server restarted (``--data-dir``)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import requests
 from s2shelp import S2S
 from serverproc import ServerProcess
+
+from pyspark_s2s.protocol.negotiation import HandshakeProperties
+from pyspark_s2s.server.model import Cluster, Content, FlowFile, LoadBalance, PortSpec
+from pyspark_s2s.server.persist import NodeStore
 
 PORTS = ("--input-port", "in", "--output-port", "out")
 
@@ -218,3 +224,122 @@ def test_removing_a_node_moves_only_its_keys() -> None:
         assert all(len(n) == 1 for n in after.values())
         moved = {k for k, n in after.items() if before[k] != next(iter(n))}
         assert moved == {k for k, n in before.items() if n == 1}  # only node 1's keys moved
+
+
+def test_sigkill_mid_transfer_loses_nothing(tmp_path: Path) -> None:
+    """Senders commit into a round-robin and a partitioned route while node 2 stops and starts
+    (FlowFiles wait for it, then are handed over); the whole server is SIGKILLed mid-run. After a
+    restart every acknowledged FlowFile is on exactly one node, and each transaction is there
+    whole or not at all."""
+    data = str(tmp_path / "data")
+    args = (
+        *PORTS, "--input-port", "in2", "--output-port", "out2",
+        "--route", "in=out:round-robin", "--route", "in2=out2:partition-by-attribute=key",
+        "--data-dir", data,
+    )
+    acked: list[str] = []
+    sent: dict[str, list[bytes]] = {}
+    lock = threading.Lock()
+    done = threading.Event()
+    srv = ServerProcess(*args, nodes=3).start()
+    port_ids = {p: srv.port_id(p) for p in ("in", "in2")}
+
+    def sender(node: int) -> None:
+        client = S2S(srv.api(node), timeout=10)
+        try:
+            for seq in range(300):  # bounded; the kill ends it much sooner
+                if done.is_set():
+                    return
+                tx = f"{node}-{seq}"
+                packets = [({"tx": tx, "key": f"k{(seq + i) % 7}"}, f"{tx}-{i}".encode()) for i in range(5)]
+                with lock:
+                    sent[tx] = [c for _, c in packets]
+                client.send(port_ids["in" if seq % 2 else "in2"], packets)
+                with lock:
+                    acked.append(tx)
+        except (requests.RequestException, AssertionError):  # killed under this transaction: unacknowledged
+            return
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=sender, args=(n,), daemon=True) for n in (0, 1)]
+    try:
+        for t in threads:
+            t.start()
+        assert _wait_for(lambda: len(acked) >= 10, timeout=60)
+        _stop(srv, 2)
+        assert _wait_for(lambda: len(acked) >= 25, timeout=60)
+        assert srv.admin.routes()["routes"][1]["waiting"]  # partitioned FlowFiles wait for node 2
+        srv.admin.start_node(2)
+        assert _wait_for(lambda: len(acked) >= 40, timeout=60)
+    finally:
+        srv.kill()
+        done.set()
+        for t in threads:
+            t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads)
+
+    with ServerProcess(*args, nodes=3) as again:
+        assert all(not r["waiting"] for r in again.admin.routes()["routes"])
+        assert again.admin.queued("in") == 0 and again.admin.queued("in2") == 0
+        found: Counter[bytes] = Counter()
+        key_nodes: dict[str, set[int]] = {}
+        for node in range(3):
+            for port in ("out", "out2"):
+                for ff in again.admin.flowfiles(port, node=node):
+                    found[ff["content"]] += 1
+                    if port == "out2":
+                        key_nodes.setdefault(ff["attributes"]["key"], set()).add(node)
+    assert found and set(found.values()) == {1}  # never on two nodes, never twice
+    for tx in acked:
+        assert all(found[c] == 1 for c in sent[tx]), tx  # acknowledged: all there
+    for tx, contents in sent.items():
+        assert len({found[c] for c in contents}) == 1, tx  # the rest: whole or not at all
+    assert set(found) <= {c for contents in sent.values() for c in contents}
+    assert all(len(nodes) == 1 for nodes in key_nodes.values()), key_nodes
+
+
+def test_a_hand_over_cut_by_a_crash_leaves_the_flowfile_on_one_node(tmp_path: Path, monkeypatch) -> None:
+    """The one step a SIGKILL is unlikely to hit by chance, forced: a FlowFile that waited for
+    node 0 is on node 0's disk, and the crash comes before node 1 (which held it) records that
+    it is gone. The next start keeps node 0's copy only."""
+    def cluster() -> Cluster:
+        return Cluster(
+            ports=[PortSpec("in", "in-id", "input"), PortSpec("out", "out-id", "output")],
+            routes={"in": "out"},
+            balance={"in": LoadBalance.parse("single-node")},
+            data_dir=tmp_path,
+        )
+
+    first = cluster()
+    node0, node1 = first.new_node(), first.new_node()
+    node1.alive = True  # node 0, the single node, is away
+    tx = first.create_transaction(node1, node1.ports["in"], HandshakeProperties(), "peer:1")
+    first.begin_transfer(tx)
+    first.end_transfer(tx, [FlowFile({"n": "1"}, Content.of(b"payload"))], 1)
+    first.commit_send(tx)
+    assert [len(w.queue) for w in node1.waiting.values()] == [1]
+
+    class Crash(Exception):
+        pass
+
+    def crash(self: NodeStore, port: str, flowfiles: list) -> None:
+        raise Crash
+
+    monkeypatch.setattr(NodeStore, "remove", crash)
+    node0.alive = True
+    with pytest.raises(Crash):
+        first.node_started(node0)  # on node 0's disk; node 1's record of the removal never made
+    monkeypatch.undo()
+    for node in first.nodes:  # what a crash does to the journals: closed, no final snapshot
+        node.store._journal.close()
+
+    again = cluster()  # the state on disk as the crash left it
+    a0, a1 = again.new_node(), again.new_node()
+    assert [ff.content.read_all() for ff in a0.ports["out"].queue] == [b"payload"]
+    assert sum(len(w.queue) for w in a1.waiting.values()) == 0
+    again.shutdown()
+    third = cluster()  # and the holder's copy is gone from its disk too
+    b0, b1 = third.new_node(), third.new_node()
+    assert len(b0.ports["out"].queue) == 1 and sum(len(w.queue) for w in b1.waiting.values()) == 0
+    third.shutdown()
