@@ -173,8 +173,8 @@ class NodeStore:
             if link_from is not None:
                 try:
                     os.link(link_from / name, path)
-                except FileNotFoundError:
-                    pass  # not written there: copied below
+                except OSError:
+                    pass  # not written there, or no hard links on this file system: copied below
                 else:
                     written = True
                     continue
