@@ -183,6 +183,10 @@ class FlowFile:
             self._id = new_id()
         return self._id
 
+    def attribute(self, name: str) -> str | None:
+        """One attribute's value, None if absent."""
+        return self.attributes.get(name)
+
     def release(self) -> None:
         """Close the content's file, if it has one."""
         self.content.release()
@@ -226,6 +230,24 @@ class WireFlowFile(tuple):
     def content(self) -> Content:
         return Content(self._packet().content)
 
+    def attribute(self, name: str) -> str | None:
+        """One attribute's value (None if absent), read from the packet's attribute section
+        without decoding the rest (the last one of that name wins, as in a dict)."""
+        buf, at = self[0], self[1]
+        wanted = name.encode("utf-8")
+        (count,) = _I32_FROM(buf, at)
+        at += 4
+        found: str | None = None
+        for _ in range(count):
+            (klen,) = _I32_FROM(buf, at)
+            key = buf[at + 4 : at + 4 + klen]
+            at += 4 + klen
+            (vlen,) = _I32_FROM(buf, at)
+            if key == wanted:
+                found = buf[at + 4 : at + 4 + vlen].decode("utf-8")
+            at += 4 + vlen
+        return found
+
     def release(self) -> None:
         """Nothing to close: the packet is plain memory."""
 
@@ -252,6 +274,7 @@ _VARIANT = bytes((b & 0x3F) | 0x80 for b in range(256))
 _UUID_DIGITS = [i for i in range(36) if i not in (8, 13, 18, 23)]
 _I32 = struct.Struct(">i").pack
 _I32_INTO = struct.Struct(">i").pack_into
+_I32_FROM = struct.Struct(">i").unpack_from
 #: the attribute keys the server adds, as they appear length-prefixed in a packet
 ADDED_KEYS = ("uuid", "s2s.host", "s2s.address")
 _ADDED_KEY_FIELDS = tuple(_I32(len(k)) + k.encode("ascii") for k in ADDED_KEYS)

@@ -826,7 +826,7 @@ class Cluster:
             owners: dict[str | None, int] = {}
             attribute = balance.attribute
             for ff in flowfiles:
-                value = ff.attributes.get(attribute) if attribute is not None else None
+                value = ff.attribute(attribute) if attribute is not None else None
                 owner = owners.get(value)
                 if owner is None:
                     owner = owners[value] = owner_of(_partition_key(value), members)

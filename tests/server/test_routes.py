@@ -15,8 +15,16 @@ import requests
 from s2shelp import S2S
 from serverproc import ServerProcess
 
+from pyspark_s2s.protocol.codec import PacketDecoder, encode_packet
 from pyspark_s2s.protocol.negotiation import HandshakeProperties
-from pyspark_s2s.server.model import Cluster, Content, FlowFile, LoadBalance, PortSpec
+from pyspark_s2s.server.model import (
+    Cluster,
+    Content,
+    FlowFile,
+    LoadBalance,
+    PortSpec,
+    wire_flowfiles,
+)
 from pyspark_s2s.server.persist import NodeStore
 
 PORTS = ("--input-port", "in", "--output-port", "out")
@@ -343,3 +351,21 @@ def test_a_hand_over_cut_by_a_crash_leaves_the_flowfile_on_one_node(tmp_path: Pa
     b0, b1 = third.new_node(), third.new_node()
     assert len(b0.ports["out"].queue) == 1 and sum(len(w.queue) for w in b1.waiting.values()) == 0
     third.shutdown()
+
+
+def test_partitioning_reads_one_attribute_of_a_wire_form_flowfile() -> None:
+    """Partitioning reads the attribute straight from the packet of a FlowFile kept in wire form
+    (no decode of the rest); it must agree with the full decode, a missing one included."""
+    packets = [({"key": f"k{i}", "é": "ü" * i}, bytes(i)) for i in range(20)] + [({"other": "x"}, b"c"), ({}, b"")]
+    dec = PacketDecoder()
+    dec.feed(b"".join(encode_packet(a, c) for a, c in packets))
+    run = dec.next_run()
+    assert run is not None
+    flowfiles = wire_flowfiles(run, "h", "h:1")
+    assert flowfiles is not None
+    for ff in flowfiles:
+        for name in ("key", "é", "other", "uuid", "s2s.address", "absent"):
+            assert ff.attribute(name) == ff.attributes.get(name)
+    assert [ff.attribute("key") for ff in flowfiles[-3:]] == ["k19", None, None]
+    plain = FlowFile({"key": "v"}, Content.of(b""))
+    assert plain.attribute("key") == "v" and plain.attribute("nope") is None
