@@ -1,8 +1,9 @@
 """How the sink spreads rows over NiFi nodes: the consistent hash ring and the round-robin rotation.
 
 Owns: :class:`HashRing` (attribute routing: equal values reach the same node, a node joining or
-leaving moves about 1/N of the values) and :func:`route_values` (the route of each distinct
-value of one Arrow column, hashed once per distinct value, not once per row).
+leaving moves about 1/N of the values), :func:`route_values` (the route of each distinct
+value of one Arrow column, hashed once per distinct value, not once per row) and
+:func:`single_node_of` (single-node routing: the one node every task sends to).
 
 Pure Python (``hashlib``, ``bisect``); pyarrow only in :func:`route_values`. Must not import:
 pyspark, the server, the client.
@@ -15,7 +16,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["MISSING", "VIRTUAL_NODES", "HashRing", "route_values", "value_key"]
+__all__ = ["MISSING", "VIRTUAL_NODES", "HashRing", "route_values", "single_node_of", "value_key"]
 
 #: points each node gets on the ring (more points = a more even share of the keys)
 VIRTUAL_NODES = 160
@@ -75,3 +76,32 @@ def route_values(values: Any, ring: HashRing, index: dict[str, int]) -> Any:
         encoded = encoded.combine_chunks()
     routes = [index[ring.node_for(value_key(v))] for v in encoded.dictionary.to_pylist()]
     return pc.take(pa.array(routes, pa.int32()), encoded.indices)
+
+
+def _host_port(node: str) -> tuple[str, int, str]:
+    host, sep, port = node.rpartition(":")
+    if not sep or not port.isdigit():
+        return node, -1, node
+    return host, int(port), node
+
+
+def single_node_of(nodes: Sequence[str]) -> str:
+    """The node every row goes to with single-node routing (NiFi's load-balance strategy of the
+    same name): the first of the ``"host:port"`` names in (host, numeric port) order. It depends
+    only on the set of names, so every task of every batch that sees the same peer list picks
+    the same node; a node that leaves NiFi's peer list (disconnected) is no longer a candidate.
+
+    How the sink's writer uses it (spark/sink.py, ``_PartitionWriter``), for a ``routing`` value
+    ``singleNode`` in the options table:
+
+    * ``_learn_routes``: after the peer list is read, ``self.routes = [single_node_of(names)]``
+      (names = the ``"host:port"`` of every SEND peer), so that ``_routes_of`` returns None (every
+      row takes route 0) as it does for one route;
+    * ``_create``: no fallback to another peer for single-node routing (the fallback to NiFi's
+      choice is for ``roundRobin`` only): a full or unreachable chosen node is tried again until
+      ``timeout``, then the task fails naming that peer, and Spark's task retry asks again. As in
+      NiFi, where single-node data waits for its node instead of failing over.
+    """
+    if not nodes:
+        raise ValueError("single-node routing needs at least one node")
+    return min(set(nodes), key=_host_port)
