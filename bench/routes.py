@@ -34,6 +34,7 @@ CONTENT = bytes(range(100))
 
 def run_one(strategy: str, args: argparse.Namespace) -> dict[str, object]:
     from pyspark_s2s.client import SiteToSiteClient, SiteToSiteClientConfig
+    from pyspark_s2s.client.transaction import SendTransaction
 
     with tempfile.TemporaryDirectory(prefix="s2s-bench-routes-") as tmp:
         extra = ["--data-dir", os.path.join(tmp, "data")] if args.durable else []
@@ -50,6 +51,7 @@ def run_one(strategy: str, args: argparse.Namespace) -> dict[str, object]:
                 while sent < args.flowfiles:
                     n = min(args.batch, args.flowfiles - sent)
                     tx = client.create_transaction("send", peer=peers[tx_no % len(peers)])
+                    assert isinstance(tx, SendTransaction)
                     for i in range(n):
                         tx.send(CONTENT, {"key": f"k{(sent + i) % args.keys}", "filename": f"f{sent + i}"})
                     tx.confirm()
