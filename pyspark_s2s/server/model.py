@@ -8,9 +8,8 @@ in :mod:`pyspark_s2s.server.flowfile` (re-exported here).
 Load-balanced routes (``--route IN=OUT:STRATEGY``, NiFi's load-balanced connections) are
 cluster rules and live here too, next to the commit they belong to, so that every transport
 (HTTP, RAW) gets them by calling :meth:`Cluster.commit_send`: which node's OUT queue a
-committed FlowFile goes to, the FlowFiles that wait for an absent node, the node set
-(ring) that single-node and partition-by-attribute choose from, kept in
-``<data-dir>/cluster.json``.
+committed FlowFile goes to, the FlowFiles that wait for an absent node, and the member set
+that single-node and partition-by-attribute choose from (kept in ``<data-dir>/cluster.json``).
 
 Must not import: ``pyspark_s2s.client``, third-party packages.
 
@@ -110,8 +109,8 @@ DO_NOT_LOAD_BALANCE = "do-not-load-balance"
 ROUND_ROBIN = "round-robin"
 SINGLE_NODE = "single-node"
 PARTITION_BY_ATTRIBUTE = "partition-by-attribute"
-#: the strategies of ``--route IN=OUT:STRATEGY`` (NiFi's LoadBalanceStrategy values, spelled
-#: as NiFi's REST API spells them, lower case with dashes)
+#: the strategies of ``--route IN=OUT:STRATEGY``: NiFi's LoadBalanceStrategy values
+#: (DO_NOT_LOAD_BALANCE, ROUND_ROBIN, SINGLE_NODE, PARTITION_BY_ATTRIBUTE) in lower case with dashes
 LOAD_BALANCE_STRATEGIES = (DO_NOT_LOAD_BALANCE, ROUND_ROBIN, SINGLE_NODE, PARTITION_BY_ATTRIBUTE)
 
 
