@@ -220,9 +220,10 @@ def test_removing_a_node_moves_only_its_keys() -> None:
         _stop(srv, 1)
         _send(srv, 0, _keyed("b"))  # node 1's share waits on node 0
         srv.admin.remove_node(1)  # gone for good: what waited for it is partitioned again
-        assert _wait_for(lambda: [n["index"] for n in srv.admin.nodes()] == [0, 2])
-        routes = srv.admin.routes()
-        assert routes["members"] == [0, 2] and routes["routes"][0]["waiting"] == []
+        # carried out after the answer: done once the member set no longer has it
+        assert _wait_for(lambda: srv.admin.routes()["members"] == [0, 2])
+        assert [n["index"] for n in srv.admin.nodes()] == [0, 2]
+        assert srv.admin.routes()["routes"][0]["waiting"] == []
         _send(srv, 2, _keyed("c"))
         after: dict[str | None, set[int]] = {}
         for node in (0, 2):
@@ -369,3 +370,17 @@ def test_partitioning_reads_one_attribute_of_a_wire_form_flowfile() -> None:
     assert [ff.attribute("key") for ff in flowfiles[-3:]] == ["k19", None, None]
     plain = FlowFile({"key": "v"}, Content.of(b""))
     assert plain.attribute("key") == "v" and plain.attribute("nope") is None
+
+
+def test_a_removed_holder_hands_what_waits_to_a_live_node() -> None:
+    with ServerProcess(*PORTS, "--route", "in=out:single-node", nodes=3) as srv:
+        _stop(srv, 0)
+        _send(srv, 2, _batch("held", 6))
+        assert [(w["holder"], w["target"]) for w in srv.admin.routes()["routes"][0]["waiting"]] == [(2, 0)]
+        srv.admin.remove_node(2)  # node 1, the lowest live node, takes them over: still waiting for node 0
+        assert _wait_for(lambda: srv.admin.routes()["members"] == [0, 1])
+        (route,) = srv.admin.routes()["routes"]
+        assert [(w["holder"], w["target"], w["flowFiles"]) for w in route["waiting"]] == [(1, 0, 6)]
+        srv.admin.start_node(0)
+        assert srv.admin.routes()["routes"][0]["waiting"] == []
+        assert sorted(_contents(srv, 0)) == sorted(c for _, c in _batch("held", 6))
