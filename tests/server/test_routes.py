@@ -384,3 +384,55 @@ def test_a_removed_holder_hands_what_waits_to_a_live_node() -> None:
         srv.admin.start_node(0)
         assert srv.admin.routes()["routes"][0]["waiting"] == []
         assert sorted(_contents(srv, 0)) == sorted(c for _, c in _batch("held", 6))
+
+
+def test_a_commit_cut_before_its_hand_overs_keeps_every_flowfile_on_the_holder(tmp_path: Path, monkeypatch) -> None:
+    """Forced: the crash comes after the receiving node's one record for the whole commit and
+    before the first hand-over reaches another node's disk. The next start has every FlowFile
+    once, on the receiving node (its own share queued, the rest waiting), and hands them over as
+    soon as the nodes listen."""
+
+    def cluster() -> Cluster:
+        return Cluster(
+            ports=[PortSpec("in", "in-id", "input"), PortSpec("out", "out-id", "output")],
+            routes={"in": "out"},
+            balance={"in": LoadBalance.parse("round-robin")},
+            data_dir=tmp_path,
+        )
+
+    first = cluster()
+    nodes = [first.new_node() for _ in range(3)]
+    for node in nodes:
+        node.alive = True
+    tx = first.create_transaction(nodes[1], nodes[1].ports["in"], HandshakeProperties(), "peer:1")
+    first.begin_transfer(tx)
+    flowfiles = [FlowFile({"n": str(i)}, Content.of(f"c{i}".encode())) for i in range(6)]
+    first.end_transfer(tx, flowfiles, 1)
+
+    class Crash(Exception):
+        pass
+
+    def crash(self: NodeStore, port: str, flowfiles: list, link_from: Path | None = None) -> None:
+        raise Crash
+
+    first.prepare_durable(1, flowfiles)
+    monkeypatch.setattr(NodeStore, "add", crash)
+    with pytest.raises(Crash):
+        first.commit_send(tx)
+    monkeypatch.undo()
+    for node in first.nodes:  # what a crash does to the journals: closed, no final snapshot
+        node.store._journal.close()
+
+    again = cluster()
+    a = [again.new_node() for _ in range(3)]
+    held = [ff.content.read_all() for ff in a[1].ports["out"].queue]
+    waiting = {wq.target: [ff.content.read_all() for ff in wq.queue] for wq in a[1].waiting.values()}
+    assert sorted([*held, *(c for cs in waiting.values() for c in cs)]) == [f"c{i}".encode() for i in range(6)]
+    assert set(waiting) == {0, 2} and len(held) == 2
+    assert not a[0].ports["out"].queue and not a[2].ports["out"].queue
+    for node in a:
+        node.alive = True
+        again.node_started(node)
+    assert [len(n.ports["out"].queue) for n in a] == [2, 2, 2]
+    assert all(not wq.queue for wq in a[1].waiting.values())
+    again.shutdown()
