@@ -66,6 +66,10 @@ class ServerApp:
     def scheme(self) -> str:
         return "https" if self.secure else "http"
 
+    def raw_port(self, node: Node) -> int | None:
+        """The RAW Site-to-Site port of ``node``, None when it has no RAW listener."""
+        return None
+
     def run_later(self, action: Callable[[], object]) -> None:
         """Run an admin action (node stop/remove) in its own thread, after the answer was sent;
         :meth:`close` waits for it."""
