@@ -103,8 +103,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="transaction TTL in seconds (default 30, NiFi's default)")
     p.add_argument("--idle-timeout", type=_seconds, default=30.0, metavar="SECONDS",
                    help="close a connection that sends no complete request head (request line and "
-                        "headers) within SECONDS of connecting or of its last answer; default 30, "
-                        "Jetty's idle timeout")
+                        "headers) within SECONDS of connecting or of its last answer, or whose body "
+                        "or answer makes no progress for SECONDS (its transaction is rolled back); "
+                        "default 30, Jetty's idle timeout")
     p.add_argument("--tls", metavar="DIR",
                    help="serve HTTPS; key material is read from DIR or generated there")
     p.add_argument("--allow", action="append", default=[], metavar="PORT=DN",

@@ -484,7 +484,7 @@ def peer_entries(app: CoreApp) -> list[PeerEntry]:
 
 
 def site_details(app: CoreApp, who: Requester) -> dict[str, Any]:
-    """The ``controller`` object of ``GET /site-to-site`` (PROTOCOL.md §1.2): the ports the
+    """The ``controller`` object of ``GET /site-to-site`` (docs/protocol.md §1.2): the ports the
     requester may see (all on a plain server), the RAW port when there is one, TLS."""
     node = who.node
 

@@ -66,7 +66,7 @@ from pyspark_s2s.server.model import (
     Transaction,
     WireFlowFile,
 )
-from pyspark_s2s.server.tls import AccessPolicy, peer_dn
+from pyspark_s2s.server.tls import peer_dn
 
 
 class HandlerApp(admin.AdminApp, core.CoreApp, Protocol):
@@ -168,7 +168,9 @@ class NodeServer(ThreadingHTTPServer):
     A connection has ``idle_timeout`` seconds to send each request head (request line and
     headers), counted from the end of the previous answer; a client that says nothing, or
     trickles its headers (slowloris), is then closed by a watchdog thread, as Jetty closes a
-    connection after its idle timeout (30 s by default). Bodies are not limited by it.
+    connection after its idle timeout (30 s by default). Every other read or write of a
+    connection (request bodies, answers) may wait at most ``idle_timeout`` seconds for progress:
+    an upload whose body stalls ends its connection and its transaction is rolled back.
     """
 
     daemon_threads = True
@@ -245,7 +247,7 @@ class NodeServer(ThreadingHTTPServer):
             logger.debug("TCP_NODELAY not available", exc_info=True)
         conn = request
         if self.ssl_context is not None:
-            request.settimeout(30)
+            request.settimeout(self.idle_timeout)
             try:
                 conn = self.ssl_context.wrap_socket(request, server_side=True)
             except (ssl.SSLError, OSError) as exc:
@@ -292,10 +294,16 @@ class S2SHandler(BaseHTTPRequestHandler):
     default_request_version = "HTTP/1.1"
     server_version = "pyspark-s2s"
     sys_version = ""
-    timeout = 300
     server: NodeServer
 
     # -- plumbing ------------------------------------------------------------------------------
+    def setup(self) -> None:
+        # every read and write of the connection may wait at most the idle timeout for progress:
+        # a body that stalls (a chunk that never completes, a Content-Length never reached) ends
+        # its connection and rolls its transaction back, as Jetty's idle timeout ends it
+        super().setup()
+        self.connection.settimeout(self.server.idle_timeout)
+
     def version_string(self) -> str:
         return self.server_version
 
