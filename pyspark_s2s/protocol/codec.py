@@ -288,6 +288,22 @@ class PacketDecoder:
             )
             raise ProtocolError(f"stream ended {where} (truncated data)")
 
+    def take_buffered(self) -> bytes:
+        """At a packet boundary: remove and return the bytes fed but not decoded yet.
+
+        For a transport that puts something other than packets between them (RAW Site-to-Site
+        sends a response code after every packet): the caller feeds what it has, stops calling
+        :meth:`next_event` once a packet is complete, and takes the rest back. Counters and the
+        CRC are unchanged. Raises :class:`ProtocolError` in the middle of a packet.
+        """
+        if self._direct or self._streaming or self._pending is not None:
+            raise ProtocolError("take_buffered() called in the middle of a packet")
+        rest = bytes(self._buf[self._pos :])
+        self._buf = bytearray()
+        self._pos = 0
+        self._need = 4
+        return rest
+
     # -- output ----------------------------------------------------------------------------
     def next_event(self) -> DecoderEvent:
         if self._failed:

@@ -148,6 +148,16 @@ class FrameReader:
                 self._pos = 0
             self._buf += data
 
+    def take_buffered(self) -> bytes:
+        """At a frame boundary: remove and return the bytes fed but not read yet (RAW
+        Site-to-Site sends a response code after each frame; the caller reads it itself)."""
+        if self._state != _ST_SYNC or self._in_frame:
+            raise ProtocolError("take_buffered() called in the middle of a compression frame")
+        rest = bytes(self._buf[self._pos :])
+        self._buf = bytearray()
+        self._pos = 0
+        return rest
+
     def end_of_stream(self) -> ReaderEvent:
         """Declare the end of input. Returns FRAME_END when it closes an open frame
         (EOF in place of the 0x00 indicator), else None; raises when it cuts a chunk."""
