@@ -70,6 +70,8 @@ __all__ = [
     "StreamUpload",
     "Upload",
     "check_handshake",
+    "check_receive_checksum",
+    "commit_receive",
     "commit_send",
     "confirm_receive",
     "create_transaction",
@@ -199,16 +201,15 @@ def ready_for_transfer(tx: Transaction) -> None:
         )
 
 
-def confirm_receive(app: CoreApp, tx: Transaction, client_checksum: str) -> int:
-    """The client confirms a download with its CRC: equal -> the FlowFiles leave the queue (their
-    count is returned); different -> the transaction is rolled back (FlowFiles back at the head of
-    the queue, in order) and :class:`ChecksumMismatch` says both values."""
+def check_receive_checksum(app: CoreApp, tx: Transaction, client_checksum: str) -> None:
+    """The client's CRC of a download against the server's: different -> the transaction is
+    rolled back (FlowFiles back at the head of the queue, in order) and :class:`ChecksumMismatch`
+    says both values."""
     if not tx.held:
         raise TransactionStateError(f"Transaction {tx.id} is {tx.state.name}; nothing to commit.", transaction=tx.id)
-    cluster = app.cluster
     if client_checksum != str(tx.checksum):
         server_crc = tx.checksum
-        cluster.bad_checksum(tx)
+        app.cluster.bad_checksum(tx)
         raise ChecksumMismatch(
             f"Received a BadChecksum response: client calculated CRC32 Checksum as "
             f"{client_checksum or '(none)'}, but server calculated CRC32 Checksum as "
@@ -216,7 +217,20 @@ def confirm_receive(app: CoreApp, tx: Transaction, client_checksum: str) -> int:
             transaction=tx.id,
             response_code=ResponseCode.BAD_CHECKSUM,
         )
-    return cluster.commit_receive(tx)
+
+
+def commit_receive(app: CoreApp, tx: Transaction) -> int:
+    """The client confirmed a download: its FlowFiles leave the queue; returns their count."""
+    if not tx.held:
+        raise TransactionStateError(f"Transaction {tx.id} is {tx.state.name}; nothing to commit.", transaction=tx.id)
+    return app.cluster.commit_receive(tx)
+
+
+def confirm_receive(app: CoreApp, tx: Transaction, client_checksum: str) -> int:
+    """HTTP's one-step confirmation of a download: :func:`check_receive_checksum`, then
+    :func:`commit_receive` (RAW takes the two steps apart: CONFIRM, then TRANSACTION_FINISHED)."""
+    check_receive_checksum(app, tx, client_checksum)
+    return commit_receive(app, tx)
 
 
 def commit_send(app: CoreApp, tx: Transaction) -> tuple[int, bool]:
@@ -292,6 +306,20 @@ class Upload:
             self._writer.discard()
             self._writer = None
         self.app.cluster.fail(self.tx, reason, self.received)
+
+    def cancel(self) -> None:
+        """The client canceled the transaction between packets (RAW CANCEL_TRANSACTION): rolled
+        back, outcome ``canceled``."""
+        if self._done:
+            return
+        self._done = True
+        if self._writer is not None:
+            self._writer.discard()
+            self._writer = None
+        cluster = self.app.cluster
+        with cluster.lock:
+            self.tx.flowfiles = self.received
+            cluster.cancel(self.tx)
 
     def finish(self, checksum: int) -> int:
         """Every packet arrived: hold the transaction for the client's confirmation. No packet at
@@ -391,14 +419,20 @@ class Download:
         self.started = 0.0
         self._done = False
 
-    def start(self) -> bool:
-        """Begin the transfer: False when the port has nothing (the transaction ends with no data)."""
+    def start(self, *, end_if_empty: bool = False) -> bool:
+        """Begin the transfer: False when the port has nothing. The transaction then goes back to
+        CREATED (HTTP: NiFi keeps it until the TTL, its client sends no DELETE) or, with
+        ``end_if_empty``, is over at once (RAW: NO_MORE_DATA ends it; outcome ``no_data``)."""
         cluster = self.app.cluster
         with cluster.lock:
             cluster.begin_transfer(self.tx)
             first = self.port.pop()
             if first is None:
                 cluster.no_data(self.tx)
+                if end_if_empty:
+                    cluster.cancel(self.tx)
+                    self.tx.outcome = "no_data"
+                    self.tx.result_code = int(ResponseCode.NO_MORE_DATA)
                 self._done = True
                 return False
         self.sent.append(first)
