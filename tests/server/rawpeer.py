@@ -15,7 +15,13 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from pyspark_s2s.protocol import raw
-from pyspark_s2s.protocol.codec import ContentChunk, DataPacket, NeedData, PacketEnd, PacketStart
+from pyspark_s2s.protocol.codec import (
+    ContentChunk,
+    DataPacket,
+    NeedData,
+    PacketEnd,
+    PacketStart,
+)
 from pyspark_s2s.protocol.codes import ResponseCode
 
 _T = TypeVar("_T")
@@ -36,7 +42,7 @@ class RawPeer:
     def close(self) -> None:
         self.sock.close()
 
-    def __enter__(self) -> RawPeer:
+    def __enter__(self) -> RawPeer:  # noqa: PYI034
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -143,7 +149,7 @@ class RawPeer:
             elif isinstance(ev, PacketEnd):
                 out.append((attrs, b"".join(parts)))
             else:
-                raise AssertionError(f"unexpected {ev!r}")
+                raise TypeError(f"unexpected {ev!r}")
 
     def receive_flowfiles(self) -> list[tuple[dict[str, str], bytes]]:
         """A whole receive transaction, confirmed and finished ([] on NO_MORE_DATA)."""
