@@ -12,8 +12,9 @@ Must not import: ``pyspark_s2s.client``, third-party packages.
 
 Time-outs (no read waits forever): a message other than packets (magic, negotiation, handshake,
 a request name, a response code) must be complete within ``idle_timeout`` seconds of its start
-(between requests: the longer of that and twice the client's REQUEST_EXPIRATION_MILLIS, as NiFi
-closes after two read time-outs of that length); inside a packet section every read must make
+(between requests and while waiting for the client's confirmation: twice the client's
+REQUEST_EXPIRATION_MILLIS, as NiFi closes after two read time-outs of that length, but at least
+``idle_timeout`` and at most twice it); inside a packet section every read must make
 progress within ``idle_timeout``. A connection that breaks one of them is closed and its
 transaction rolled back.
 """
@@ -210,8 +211,10 @@ class RawConnection:
 
     @property
     def _between_requests(self) -> float:
+        # NiFi closes after two read time-outs of REQUEST_EXPIRATION_MILLIS; the client names
+        # that value, so it is capped by the server's own setting (a client cannot pin a thread)
         expiration = self.handshake.request_expiration_ms / 1000.0 if self.handshake else 0.0
-        return max(self.idle_timeout, 2 * expiration)
+        return max(self.idle_timeout, min(2 * expiration, 2 * self.idle_timeout))
 
     # -- the conversation ----------------------------------------------------------------------
     def serve(self) -> None:
