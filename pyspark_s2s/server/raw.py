@@ -58,6 +58,8 @@ FAULT_METHOD = "RAW"
 READ_SIZE = 256 * 1024
 #: outgoing bytes are gathered up to this much before a send
 SEND_BUFFER = 256 * 1024
+#: pieces gathered by one sendmsg call (below Linux's IOV_MAX of 1024)
+_IOV_MAX = 512
 _NO_PORT = "Cannot transfer FlowFiles because no port was specified"
 
 _T = TypeVar("_T")
@@ -200,7 +202,8 @@ class RawConnection:
         if type(self.sock) is socket.socket:
             views = [memoryview(p) for p in out]
             while views:
-                sent = self.sock.sendmsg(views)
+                # at most IOV_MAX (1024 on Linux) pieces per call: more fail with EMSGSIZE
+                sent = self.sock.sendmsg(views[:_IOV_MAX])
                 while views and sent >= len(views[0]):
                     sent -= len(views[0])
                     views.pop(0)

@@ -112,6 +112,18 @@ def test_send_then_receive_round_trip(srv: ServerThread, compress: bool) -> None
                         ("receive", "no_data", 0)]
 
 
+def test_many_small_flowfiles_in_one_transaction(srv: ServerThread) -> None:
+    # thousands of packets: more pieces than one gathered send may carry
+    small = [({"i": str(i)}, b"%d" % i) for i in range(3000)]
+    with RawPeer(raw_port(srv)) as peer:
+        peer.open(srv.port_id("in"))
+        assert peer.send_flowfiles(small).code is ResponseCode.TRANSACTION_FINISHED
+    with RawPeer(raw_port(srv)) as peer:
+        peer.open(srv.port_id("out"), batch={"BATCH_COUNT": 100000})
+        got = peer.receive_flowfiles()
+    assert [(a["i"], c) for a, c in got] == [(a["i"], c) for a, c in small]
+
+
 def test_raw_and_http_share_queues(srv: ServerThread) -> None:
     srv.admin.enqueue("out2", [({"via": "admin"}, b"x")])
     with RawPeer(raw_port(srv)) as peer:
