@@ -586,9 +586,10 @@ def parse_handshake(request: HandshakeRequest) -> RawHandshake:
         else:
             hi = _INT_MAX if prop is HandshakeProperty.BATCH_COUNT else _LONG_MAX
             number = _java_number(name, value, _INT_MIN if hi == _INT_MAX else _LONG_MIN, hi)
-            if number < 0:
+            if number < 0:  # NiFi's HandshakeException without a code: it closes, answering nothing
+                what = {"BATCH_COUNT": "Count", "BATCH_SIZE": "Size"}.get(name, "Duration")
                 raise ProtocolError(
-                    f"handshake property {name} is negative ({value})", option=name
+                    f"Cannot request Batch {what} less than 1; requested value: {number}", option=name
                 )
             batch[name] = number
     if compress is None:
@@ -609,27 +610,27 @@ def parse_handshake(request: HandshakeRequest) -> RawHandshake:
     )
 
 
-def confirmed_checksum(response: Response) -> int:
-    """The CRC a data receiver's CONFIRM_TRANSACTION carries; anything else raises ProtocolError."""
+def confirmed_checksum(response: Response) -> str:
+    """The CRC text of a data receiver's CONFIRM_TRANSACTION; any other code raises ProtocolError."""
     if response.code is not ResponseCode.CONFIRM_TRANSACTION:
         raise ProtocolError(
             f"expected CONFIRM_TRANSACTION with a checksum, got {response.code.name} ({int(response.code)})",
             response_code=int(response.code),
         )
-    text = response.message or ""
-    if not text.isdigit() or len(text) > 10 or int(text) > 0xFFFFFFFF:
-        raise ProtocolError(f"CONFIRM_TRANSACTION carries {text[:40]!r}, not a CRC32 in decimal")
-    return int(text)
+    return response.message or ""
 
 
 def confirm_answer(response: Response, own_checksum: int, version: int = 6) -> bytes:
-    """The data sender's reply to the receiver's CONFIRM: :data:`CONFIRM_OK` when the CRCs agree
-    (or ``version`` <= 3, where NiFi does not compare), else raises :class:`ChecksumMismatch`;
-    the caller then sends ``encode_response(ResponseCode.BAD_CHECKSUM)`` and fails."""
+    """The data sender's reply to the receiver's CONFIRM: :data:`CONFIRM_OK` when the CRC texts are
+    equal (NiFi compares ``String.valueOf(crc)`` as text, so ``"007"`` is not ``"7"``) or when
+    ``version`` <= 3 (no comparison); otherwise raises :class:`ChecksumMismatch`, and the caller
+    sends ``encode_response(ResponseCode.BAD_CHECKSUM)`` and fails (``AbstractTransaction.confirm``,
+    ``AbstractFlowFileServerProtocol.commitTransferTransaction``)."""
     theirs = confirmed_checksum(response)
-    if version > 3 and theirs != own_checksum & 0xFFFFFFFF:
+    own = str(own_checksum & 0xFFFFFFFF)
+    if version > 3 and theirs != own:
         raise ChecksumMismatch(
-            f"checksum mismatch: this side computed {own_checksum & 0xFFFFFFFF}, the peer {theirs}",
+            f"checksum mismatch: this side computed {own}, the peer {theirs[:40]!r}",
             response_code=ResponseCode.BAD_CHECKSUM,
         )
     return CONFIRM_OK
