@@ -157,6 +157,7 @@ _U16 = struct.Struct(">H")
 _I32 = struct.Struct(">i")
 _PEER_TAIL = struct.Struct(">iBi")  # port, secure, flowFileCount
 _RC = b"RC"
+_CONTINUE = b"RC\x0a"
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 _JAVA_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
@@ -655,7 +656,7 @@ class _Cursor:
 
     __slots__ = ("buf", "end", "pos", "start")
 
-    def __init__(self, buf: bytearray, pos: int) -> None:
+    def __init__(self, buf: bytearray | memoryview, pos: int) -> None:
         self.buf = buf
         self.start = pos
         self.pos = pos
@@ -747,6 +748,14 @@ class RawReader:
             raise ProtocolError("data fed after end of stream")
         if not data:
             return
+        if self._decoder is not None:
+            # inside a packet section the bytes go straight to the packet (or frame) reader,
+            # which also holds the response codes between packets until they are read
+            if self._frames is not None:
+                self._frames.feed(data)
+            else:
+                self._decoder.feed(data)
+            return
         if self._pos and self._pos >= len(self._buf) // 2:
             del self._buf[: self._pos]
             self._pos = 0
@@ -757,12 +766,10 @@ class RawReader:
         self._eof = True
 
     # -- message reads ------------------------------------------------------------------------------
-    def _read(
-        self, what: str, parse: Callable[[_Cursor], _T], *, inside: bool = False
-    ) -> _T | NeedData:
+    def _read(self, what: str, parse: Callable[[_Cursor], _T]) -> _T | NeedData:
         if self._failed:
             raise ProtocolError("RAW reader already failed")
-        if self._decoder is not None and not inside:
+        if self._decoder is not None:
             raise ProtocolError(f"{what} read while a packet section is open")
         avail = len(self._buf) - self._pos
         if self._need and avail < self._need and not self._eof:
@@ -890,13 +897,23 @@ class RawReader:
     # -- packet section -----------------------------------------------------------------------------
     def start_packets(self, compressed: bool) -> None:
         """The data receiver: packets follow now (after SEND_FLOWFILES, or after MORE_DATA)."""
+        if self._failed:
+            raise ProtocolError("RAW reader already failed")
         if self._decoder is not None:
             raise ProtocolError("a packet section is already open")
         max_attributes, max_header, inline = self._decoder_limits
-        self._decoder = PacketDecoder(
+        dec = PacketDecoder(
             max_attributes=max_attributes, max_header_bytes=max_header, inline_content_limit=inline
         )
-        self._frames = FrameReader(max_chunk=self._max_chunk) if compressed else None
+        frames = FrameReader(max_chunk=self._max_chunk) if compressed else None
+        rest = bytes(self._buf[self._pos :])
+        self._buf = bytearray()
+        self._pos = 0
+        self._need = 0
+        if rest:
+            (frames if frames is not None else dec).feed(rest)
+        self._decoder = dec
+        self._frames = frames
         self._section = _Section.PACKET
 
     @property
@@ -922,14 +939,17 @@ class RawReader:
             if self._section is _Section.FRAME_END and not self._frame_end(dec):
                 return NEED_DATA
             if self._section is _Section.INDICATOR:
-                response = self._read("the response code after a packet", _parse_response, inside=True)
-                if isinstance(response, NeedData):
-                    return NEED_DATA
-                self._section = _Section.PACKET
-                if response.code is ResponseCode.CONTINUE_TRANSACTION:
+                # the common case first: CONTINUE_TRANSACTION, checked where the bytes lie
+                if (self._frames if self._frames is not None else dec).skip_prefix(_CONTINUE):
+                    self._section = _Section.PACKET
                     continue
-                self._decoder = None
-                self._frames = None
+                response = self._indicator(dec)
+                if response is None:
+                    return NEED_DATA
+                if response.code is ResponseCode.CONTINUE_TRANSACTION:
+                    self._section = _Section.PACKET
+                    continue
+                self._close_section(dec)
                 if response.code is ResponseCode.FINISH_TRANSACTION:
                     return PacketsFinished(dec.packets, dec.checksum)
                 if response.code is ResponseCode.CANCEL_TRANSACTION:
@@ -948,25 +968,25 @@ class RawReader:
                     )
                 return NEED_DATA
             if isinstance(ev, (DataPacket, PacketEnd)):
-                self._packet_done(dec)
+                if self._frames is None:
+                    self._section = _Section.INDICATOR
+                elif dec.buffered:
+                    raise ProtocolError(
+                        f"compression frame of packet {dec.packets} holds more than one packet "
+                        "(NiFi sends each packet as one frame)"
+                    )
+                else:
+                    self._section = _Section.FRAME_END
             return ev
 
-    def _pass_to(self, target: PacketDecoder | FrameReader) -> None:
-        if len(self._buf) > self._pos:
-            with memoryview(self._buf) as view:
-                target.feed(view[self._pos :])
-            self._pos = len(self._buf)
-
     def _decoder_event(self, dec: PacketDecoder) -> PacketEvent:
-        if self._frames is None:
-            self._pass_to(dec)
-            return dec.next_event()
         frames = self._frames
+        if frames is None:
+            return dec.next_event()
         while True:
             ev = dec.next_event()
             if ev is not NEED_DATA:
                 return ev
-            self._pass_to(frames)
             plain = frames.next_event()
             if plain is None:
                 return NEED_DATA
@@ -978,24 +998,9 @@ class RawReader:
             assert isinstance(plain, bytes)
             dec.feed(plain)
 
-    def _packet_done(self, dec: PacketDecoder) -> None:
-        """A packet is complete: give back what follows it; then the frame end (compressed)
-        and CONTINUE / FINISH."""
-        if self._frames is None:
-            self._unread(dec.take_buffered())
-            self._section = _Section.INDICATOR
-            return
-        if dec.buffered:
-            raise ProtocolError(
-                f"compression frame of packet {dec.packets} holds more than one packet "
-                "(NiFi sends each packet as one frame)"
-            )
-        self._section = _Section.FRAME_END
-
     def _frame_end(self, dec: PacketDecoder) -> bool:
         """Wait for the 0x00 that closes the packet's frame; True once it was read."""
         assert self._frames is not None
-        self._pass_to(self._frames)
         ev = self._frames.next_event()
         if ev is None:
             if self._eof:
@@ -1008,18 +1013,43 @@ class RawReader:
                 f"compression frame of packet {dec.packets} holds more than one packet "
                 "(NiFi sends each packet as one frame)"
             )
-        self._unread(self._frames.take_buffered())
-        self._frames = FrameReader(max_chunk=self._max_chunk)
         self._section = _Section.INDICATOR
         return True
 
-    def _unread(self, rest: bytes) -> None:
-        if rest:
-            tail = bytes(self._buf[self._pos :])
-            self._buf = bytearray(rest)
-            self._buf += tail
-            self._pos = 0
-            self._need = 0
+    def _indicator(self, dec: PacketDecoder) -> Response | None:
+        """The response code after a packet, read where the bytes are (the packet or frame
+        reader's buffer: no copy); None when it is not complete yet."""
+        outer: PacketDecoder | FrameReader = self._frames if self._frames is not None else dec
+        view = outer.peek_buffered()
+        try:
+            cursor = _Cursor(view, 0)
+            try:
+                response = _parse_response(cursor)
+            except _Incomplete as inc:
+                if inc.total > self._max_message:
+                    raise ProtocolError(
+                        f"the response code after packet {dec.packets} needs {inc.total} bytes; "
+                        f"at most {self._max_message} are accepted"
+                    ) from None
+                if self._eof:
+                    raise ProtocolError(
+                        f"the connection closed before the response code after packet {dec.packets}"
+                    ) from None
+                return None
+            used = cursor.pos
+        finally:
+            view.release()
+        outer.skip_buffered(used)
+        return response
+
+    def _close_section(self, dec: PacketDecoder) -> None:
+        """FINISH or CANCEL: what follows goes back to the reader's own buffer."""
+        outer: PacketDecoder | FrameReader = self._frames if self._frames is not None else dec
+        self._buf = bytearray(outer.take_buffered())
+        self._pos = 0
+        self._need = 0
+        self._decoder = None
+        self._frames = None
 
 
 class _Section(enum.Enum):
