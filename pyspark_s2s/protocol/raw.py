@@ -92,6 +92,8 @@ from pyspark_s2s.protocol.codec import (
     PacketDecoder,
     PacketEnd,
     PacketStart,
+    encode_packet_header,
+    scan_ends,
 )
 from pyspark_s2s.protocol.codes import ResponseCode
 from pyspark_s2s.protocol.compression import DEFAULT_MAX_CHUNK, FRAME_END, FrameReader
@@ -493,6 +495,55 @@ class RawPacketWriter:
         lead = self._lead()
         out = self._enc.encoded_packet(pieces)
         return [lead, *out] if lead else out
+
+    def append_packet(
+        self, out: bytearray, attributes: Mapping[str, str], content: bytes | bytearray | memoryview
+    ) -> None:
+        """The fast path of :meth:`packet` for a sender that gathers its writes: the packet's
+        wire bytes (CONTINUE first where needed) are appended to ``out``."""
+        lead = self._lead()
+        if self._enc.compress:
+            out += lead
+            out += self._enc.packet(attributes, content)
+            return
+        header = encode_packet_header(attributes, len(content))
+        out += lead
+        out += header
+        out += content
+        self._enc.encoded(header, 0)
+        self._enc.encoded(content, 1)
+
+    def encoded(
+        self, parts: Sequence[bytes | bytearray | memoryview], packets: int
+    ) -> list[bytes | memoryview]:
+        """``packets`` whole packets the caller encoded itself (their uncompressed codec bytes,
+        in order, cut anywhere into ``parts``), checksummed and counted as if :meth:`packet` had
+        made them; returns the wire pieces with CONTINUE between the packets. Not with
+        compression (each packet must be its own frame: see :meth:`encoded_packet`)."""
+        if self._enc.compress:
+            raise ProtocolError("pre-encoded packets cannot be sent with compression (one frame per packet)")
+        lead = self._lead()
+        plain = b"".join(parts)
+        end, ends, counts = scan_ends(plain, packets)
+        if len(counts) != packets or end != len(plain):
+            raise ProtocolError(
+                f"pre-encoded data holds {len(counts)} whole packets in {end} of its {len(plain)} bytes; "
+                f"{packets} packets were announced"
+            )
+        self._enc.encoded(plain, packets)
+        view = memoryview(plain)
+        out: list[bytes | memoryview] = []
+        start = 0
+        j = 0
+        for i, count in enumerate(counts):
+            j += 2 * count + 1
+            stop = ends[j]
+            j += 1
+            if i or lead:
+                out.append(self._CONTINUE)
+            out.append(view[start:stop])
+            start = stop
+        return out
 
     def finish(self) -> bytes:
         if self._enc.in_packet:
