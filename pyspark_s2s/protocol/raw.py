@@ -662,8 +662,17 @@ def parse_handshake(request: HandshakeRequest) -> RawHandshake:
     )
 
 
-def confirmed_checksum(response: Response) -> str:
-    """The CRC text of a data receiver's CONFIRM_TRANSACTION; any other code raises ProtocolError."""
+def confirmed_checksum(response: Response) -> int:
+    """The CRC a data receiver's CONFIRM_TRANSACTION carries, as a number; any other code, or a
+    text that is not a CRC32 in decimal, raises ProtocolError. (:func:`confirm_answer` compares
+    the texts, as NiFi does.)"""
+    text = _confirm_text(response)
+    if not text.isdigit() or not text.isascii() or len(text) > 10 or int(text) > 0xFFFFFFFF:
+        raise ProtocolError(f"CONFIRM_TRANSACTION carries {text[:40]!r}, not a CRC32 in decimal")
+    return int(text)
+
+
+def _confirm_text(response: Response) -> str:
     if response.code is not ResponseCode.CONFIRM_TRANSACTION:
         raise ProtocolError(
             f"expected CONFIRM_TRANSACTION with a checksum, got {response.code.name} ({int(response.code)})",
@@ -678,7 +687,7 @@ def confirm_answer(response: Response, own_checksum: int, version: int = 6) -> b
     ``version`` <= 3 (no comparison); otherwise raises :class:`ChecksumMismatch`, and the caller
     sends ``encode_response(ResponseCode.BAD_CHECKSUM)`` and fails (``AbstractTransaction.confirm``,
     ``AbstractFlowFileServerProtocol.commitTransferTransaction``)."""
-    theirs = confirmed_checksum(response)
+    theirs = _confirm_text(response)
     own = str(own_checksum & 0xFFFFFFFF)
     if version > 3 and theirs != own:
         raise ChecksumMismatch(

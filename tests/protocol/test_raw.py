@@ -255,7 +255,7 @@ def test_initiator_reads_the_worked_example(step: int) -> None:
     assert _pull(reader, reader.read_resource_reply, source) == ResourceReply.ok()
     confirm = _pull(reader, reader.read_response, source)
     assert confirm == Response(ResponseCode.CONFIRM_TRANSACTION, "1170773669")
-    assert confirmed_checksum(confirm) == str(PACKET_CRC)
+    assert confirmed_checksum(confirm) == PACKET_CRC
     assert _pull(reader, reader.read_response, source) == Response(ResponseCode.TRANSACTION_FINISHED)
 
 
@@ -604,7 +604,10 @@ def test_confirmation_rules() -> None:
     # compared as text, as NiFi does
     with pytest.raises(ChecksumMismatch):
         confirm_answer(Response(ResponseCode.CONFIRM_TRANSACTION, "007"), 7)
-    assert confirmed_checksum(Response(ResponseCode.CONFIRM_TRANSACTION, "12")) == "12"
+    assert confirmed_checksum(Response(ResponseCode.CONFIRM_TRANSACTION, "12")) == 12
+    for bad in ["-1", "99999999999", "", "1e3"]:
+        with pytest.raises(ProtocolError, match="not a CRC32"):
+            confirmed_checksum(Response(ResponseCode.CONFIRM_TRANSACTION, bad))
     with pytest.raises(ProtocolError, match="got BAD_CHECKSUM"):
         confirmed_checksum(Response(ResponseCode.BAD_CHECKSUM))
     assert encode_confirm(4294967295) == b"RC\x0c\x00\x0a4294967295"
