@@ -92,6 +92,8 @@ from pyspark_s2s.protocol.codec import (
     PacketDecoder,
     PacketEnd,
     PacketStart,
+    encode_packet_header,
+    scan_ends,
 )
 from pyspark_s2s.protocol.codes import ResponseCode
 from pyspark_s2s.protocol.compression import DEFAULT_MAX_CHUNK, FRAME_END, FrameReader
@@ -157,6 +159,7 @@ _U16 = struct.Struct(">H")
 _I32 = struct.Struct(">i")
 _PEER_TAIL = struct.Struct(">iBi")  # port, secure, flowFileCount
 _RC = b"RC"
+_CONTINUE = b"RC\x0a"
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 _JAVA_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
@@ -493,6 +496,55 @@ class RawPacketWriter:
         out = self._enc.encoded_packet(pieces)
         return [lead, *out] if lead else out
 
+    def append_packet(
+        self, out: bytearray, attributes: Mapping[str, str], content: bytes | bytearray | memoryview
+    ) -> None:
+        """The fast path of :meth:`packet` for a sender that gathers its writes: the packet's
+        wire bytes (CONTINUE first where needed) are appended to ``out``."""
+        lead = self._lead()
+        if self._enc.compress:
+            out += lead
+            out += self._enc.packet(attributes, content)
+            return
+        header = encode_packet_header(attributes, len(content))
+        out += lead
+        out += header
+        out += content
+        self._enc.encoded(header, 0)
+        self._enc.encoded(content, 1)
+
+    def encoded(
+        self, parts: Sequence[bytes | bytearray | memoryview], packets: int
+    ) -> list[bytes | memoryview]:
+        """``packets`` whole packets the caller encoded itself (their uncompressed codec bytes,
+        in order, cut anywhere into ``parts``), checksummed and counted as if :meth:`packet` had
+        made them; returns the wire pieces with CONTINUE between the packets. Not with
+        compression (each packet must be its own frame: see :meth:`encoded_packet`)."""
+        if self._enc.compress:
+            raise ProtocolError("pre-encoded packets cannot be sent with compression (one frame per packet)")
+        lead = self._lead()
+        plain = b"".join(parts)
+        end, ends, counts = scan_ends(plain, packets)
+        if len(counts) != packets or end != len(plain):
+            raise ProtocolError(
+                f"pre-encoded data holds {len(counts)} whole packets in {end} of its {len(plain)} bytes; "
+                f"{packets} packets were announced"
+            )
+        self._enc.encoded(plain, packets)
+        view = memoryview(plain)
+        out: list[bytes | memoryview] = []
+        start = 0
+        j = 0
+        for i, count in enumerate(counts):
+            j += 2 * count + 1
+            stop = ends[j]
+            j += 1
+            if i or lead:
+                out.append(self._CONTINUE)
+            out.append(view[start:stop])
+            start = stop
+        return out
+
     def finish(self) -> bytes:
         if self._enc.in_packet:
             raise ProtocolError("FINISH_TRANSACTION while a packet is still open")
@@ -586,9 +638,10 @@ def parse_handshake(request: HandshakeRequest) -> RawHandshake:
         else:
             hi = _INT_MAX if prop is HandshakeProperty.BATCH_COUNT else _LONG_MAX
             number = _java_number(name, value, _INT_MIN if hi == _INT_MAX else _LONG_MIN, hi)
-            if number < 0:
+            if number < 0:  # NiFi's HandshakeException without a code: it closes, answering nothing
+                what = {"BATCH_COUNT": "Count", "BATCH_SIZE": "Size"}.get(name, "Duration")
                 raise ProtocolError(
-                    f"handshake property {name} is negative ({value})", option=name
+                    f"Cannot request Batch {what} less than 1; requested value: {number}", option=name
                 )
             batch[name] = number
     if compress is None:
@@ -610,26 +663,35 @@ def parse_handshake(request: HandshakeRequest) -> RawHandshake:
 
 
 def confirmed_checksum(response: Response) -> int:
-    """The CRC a data receiver's CONFIRM_TRANSACTION carries; anything else raises ProtocolError."""
+    """The CRC a data receiver's CONFIRM_TRANSACTION carries, as a number; any other code, or a
+    text that is not a CRC32 in decimal, raises ProtocolError. (:func:`confirm_answer` compares
+    the texts, as NiFi does.)"""
+    text = _confirm_text(response)
+    if not text.isdigit() or not text.isascii() or len(text) > 10 or int(text) > 0xFFFFFFFF:
+        raise ProtocolError(f"CONFIRM_TRANSACTION carries {text[:40]!r}, not a CRC32 in decimal")
+    return int(text)
+
+
+def _confirm_text(response: Response) -> str:
     if response.code is not ResponseCode.CONFIRM_TRANSACTION:
         raise ProtocolError(
             f"expected CONFIRM_TRANSACTION with a checksum, got {response.code.name} ({int(response.code)})",
             response_code=int(response.code),
         )
-    text = response.message or ""
-    if not text.isdigit() or len(text) > 10 or int(text) > 0xFFFFFFFF:
-        raise ProtocolError(f"CONFIRM_TRANSACTION carries {text[:40]!r}, not a CRC32 in decimal")
-    return int(text)
+    return response.message or ""
 
 
 def confirm_answer(response: Response, own_checksum: int, version: int = 6) -> bytes:
-    """The data sender's reply to the receiver's CONFIRM: :data:`CONFIRM_OK` when the CRCs agree
-    (or ``version`` <= 3, where NiFi does not compare), else raises :class:`ChecksumMismatch`;
-    the caller then sends ``encode_response(ResponseCode.BAD_CHECKSUM)`` and fails."""
-    theirs = confirmed_checksum(response)
-    if version > 3 and theirs != own_checksum & 0xFFFFFFFF:
+    """The data sender's reply to the receiver's CONFIRM: :data:`CONFIRM_OK` when the CRC texts are
+    equal (NiFi compares ``String.valueOf(crc)`` as text, so ``"007"`` is not ``"7"``) or when
+    ``version`` <= 3 (no comparison); otherwise raises :class:`ChecksumMismatch`, and the caller
+    sends ``encode_response(ResponseCode.BAD_CHECKSUM)`` and fails (``AbstractTransaction.confirm``,
+    ``AbstractFlowFileServerProtocol.commitTransferTransaction``)."""
+    theirs = _confirm_text(response)
+    own = str(own_checksum & 0xFFFFFFFF)
+    if version > 3 and theirs != own:
         raise ChecksumMismatch(
-            f"checksum mismatch: this side computed {own_checksum & 0xFFFFFFFF}, the peer {theirs}",
+            f"checksum mismatch: this side computed {own}, the peer {theirs[:40]!r}",
             response_code=ResponseCode.BAD_CHECKSUM,
         )
     return CONFIRM_OK
@@ -654,7 +716,7 @@ class _Cursor:
 
     __slots__ = ("buf", "end", "pos", "start")
 
-    def __init__(self, buf: bytearray, pos: int) -> None:
+    def __init__(self, buf: bytearray | memoryview, pos: int) -> None:
         self.buf = buf
         self.start = pos
         self.pos = pos
@@ -746,6 +808,14 @@ class RawReader:
             raise ProtocolError("data fed after end of stream")
         if not data:
             return
+        if self._decoder is not None:
+            # inside a packet section the bytes go straight to the packet (or frame) reader,
+            # which also holds the response codes between packets until they are read
+            if self._frames is not None:
+                self._frames.feed(data)
+            else:
+                self._decoder.feed(data)
+            return
         if self._pos and self._pos >= len(self._buf) // 2:
             del self._buf[: self._pos]
             self._pos = 0
@@ -756,12 +826,10 @@ class RawReader:
         self._eof = True
 
     # -- message reads ------------------------------------------------------------------------------
-    def _read(
-        self, what: str, parse: Callable[[_Cursor], _T], *, inside: bool = False
-    ) -> _T | NeedData:
+    def _read(self, what: str, parse: Callable[[_Cursor], _T]) -> _T | NeedData:
         if self._failed:
             raise ProtocolError("RAW reader already failed")
-        if self._decoder is not None and not inside:
+        if self._decoder is not None:
             raise ProtocolError(f"{what} read while a packet section is open")
         avail = len(self._buf) - self._pos
         if self._need and avail < self._need and not self._eof:
@@ -889,13 +957,23 @@ class RawReader:
     # -- packet section -----------------------------------------------------------------------------
     def start_packets(self, compressed: bool) -> None:
         """The data receiver: packets follow now (after SEND_FLOWFILES, or after MORE_DATA)."""
+        if self._failed:
+            raise ProtocolError("RAW reader already failed")
         if self._decoder is not None:
             raise ProtocolError("a packet section is already open")
         max_attributes, max_header, inline = self._decoder_limits
-        self._decoder = PacketDecoder(
+        dec = PacketDecoder(
             max_attributes=max_attributes, max_header_bytes=max_header, inline_content_limit=inline
         )
-        self._frames = FrameReader(max_chunk=self._max_chunk) if compressed else None
+        frames = FrameReader(max_chunk=self._max_chunk) if compressed else None
+        rest = bytes(self._buf[self._pos :])
+        self._buf = bytearray()
+        self._pos = 0
+        self._need = 0
+        if rest:
+            (frames if frames is not None else dec).feed(rest)
+        self._decoder = dec
+        self._frames = frames
         self._section = _Section.PACKET
 
     @property
@@ -921,14 +999,17 @@ class RawReader:
             if self._section is _Section.FRAME_END and not self._frame_end(dec):
                 return NEED_DATA
             if self._section is _Section.INDICATOR:
-                response = self._read("the response code after a packet", _parse_response, inside=True)
-                if isinstance(response, NeedData):
-                    return NEED_DATA
-                self._section = _Section.PACKET
-                if response.code is ResponseCode.CONTINUE_TRANSACTION:
+                # the common case first: CONTINUE_TRANSACTION, checked where the bytes lie
+                if (self._frames if self._frames is not None else dec).skip_prefix(_CONTINUE):
+                    self._section = _Section.PACKET
                     continue
-                self._decoder = None
-                self._frames = None
+                response = self._indicator(dec)
+                if response is None:
+                    return NEED_DATA
+                if response.code is ResponseCode.CONTINUE_TRANSACTION:
+                    self._section = _Section.PACKET
+                    continue
+                self._close_section(dec)
                 if response.code is ResponseCode.FINISH_TRANSACTION:
                     return PacketsFinished(dec.packets, dec.checksum)
                 if response.code is ResponseCode.CANCEL_TRANSACTION:
@@ -947,25 +1028,25 @@ class RawReader:
                     )
                 return NEED_DATA
             if isinstance(ev, (DataPacket, PacketEnd)):
-                self._packet_done(dec)
+                if self._frames is None:
+                    self._section = _Section.INDICATOR
+                elif dec.buffered:
+                    raise ProtocolError(
+                        f"compression frame of packet {dec.packets} holds more than one packet "
+                        "(NiFi sends each packet as one frame)"
+                    )
+                else:
+                    self._section = _Section.FRAME_END
             return ev
 
-    def _pass_to(self, target: PacketDecoder | FrameReader) -> None:
-        if len(self._buf) > self._pos:
-            with memoryview(self._buf) as view:
-                target.feed(view[self._pos :])
-            self._pos = len(self._buf)
-
     def _decoder_event(self, dec: PacketDecoder) -> PacketEvent:
-        if self._frames is None:
-            self._pass_to(dec)
-            return dec.next_event()
         frames = self._frames
+        if frames is None:
+            return dec.next_event()
         while True:
             ev = dec.next_event()
             if ev is not NEED_DATA:
                 return ev
-            self._pass_to(frames)
             plain = frames.next_event()
             if plain is None:
                 return NEED_DATA
@@ -977,24 +1058,9 @@ class RawReader:
             assert isinstance(plain, bytes)
             dec.feed(plain)
 
-    def _packet_done(self, dec: PacketDecoder) -> None:
-        """A packet is complete: give back what follows it; then the frame end (compressed)
-        and CONTINUE / FINISH."""
-        if self._frames is None:
-            self._unread(dec.take_buffered())
-            self._section = _Section.INDICATOR
-            return
-        if dec.buffered:
-            raise ProtocolError(
-                f"compression frame of packet {dec.packets} holds more than one packet "
-                "(NiFi sends each packet as one frame)"
-            )
-        self._section = _Section.FRAME_END
-
     def _frame_end(self, dec: PacketDecoder) -> bool:
         """Wait for the 0x00 that closes the packet's frame; True once it was read."""
         assert self._frames is not None
-        self._pass_to(self._frames)
         ev = self._frames.next_event()
         if ev is None:
             if self._eof:
@@ -1007,18 +1073,43 @@ class RawReader:
                 f"compression frame of packet {dec.packets} holds more than one packet "
                 "(NiFi sends each packet as one frame)"
             )
-        self._unread(self._frames.take_buffered())
-        self._frames = FrameReader(max_chunk=self._max_chunk)
         self._section = _Section.INDICATOR
         return True
 
-    def _unread(self, rest: bytes) -> None:
-        if rest:
-            tail = bytes(self._buf[self._pos :])
-            self._buf = bytearray(rest)
-            self._buf += tail
-            self._pos = 0
-            self._need = 0
+    def _indicator(self, dec: PacketDecoder) -> Response | None:
+        """The response code after a packet, read where the bytes are (the packet or frame
+        reader's buffer: no copy); None when it is not complete yet."""
+        outer: PacketDecoder | FrameReader = self._frames if self._frames is not None else dec
+        view = outer.peek_buffered()
+        try:
+            cursor = _Cursor(view, 0)
+            try:
+                response = _parse_response(cursor)
+            except _Incomplete as inc:
+                if inc.total > self._max_message:
+                    raise ProtocolError(
+                        f"the response code after packet {dec.packets} needs {inc.total} bytes; "
+                        f"at most {self._max_message} are accepted"
+                    ) from None
+                if self._eof:
+                    raise ProtocolError(
+                        f"the connection closed before the response code after packet {dec.packets}"
+                    ) from None
+                return None
+            used = cursor.pos
+        finally:
+            view.release()
+        outer.skip_buffered(used)
+        return response
+
+    def _close_section(self, dec: PacketDecoder) -> None:
+        """FINISH or CANCEL: what follows goes back to the reader's own buffer."""
+        outer: PacketDecoder | FrameReader = self._frames if self._frames is not None else dec
+        self._buf = bytearray(outer.take_buffered())
+        self._pos = 0
+        self._need = 0
+        self._decoder = None
+        self._frames = None
 
 
 class _Section(enum.Enum):

@@ -409,7 +409,7 @@ def test_handshake_properties_by_version() -> None:
             "Received invalid value for property 'BATCH_COUNT'; invalid value: 2147483648",
         ),
         ((("REQUEST_EXPIRATION_MILLIS", "5"),), ResponseCode.MISSING_PROPERTY, "Missing Property GZIP"),
-        ((("GZIP", "true"), ("BATCH_SIZE", "-1")), None, "negative"),
+        ((("GZIP", "true"), ("BATCH_SIZE", "-1")), None, "Cannot request Batch Size less than 1; requested value: -1"),
     ],
 )
 def test_handshake_refusals(props: tuple[tuple[str, str], ...], code: ResponseCode | None, message: str) -> None:
@@ -597,13 +597,17 @@ def test_end_of_stream_names_what_was_expected() -> None:
 
 def test_confirmation_rules() -> None:
     assert confirm_answer(Response(ResponseCode.CONFIRM_TRANSACTION, "7"), 7) == CONFIRM_OK
-    with pytest.raises(ChecksumMismatch, match="this side computed 8, the peer 7") as info:
+    with pytest.raises(ChecksumMismatch, match="this side computed 8, the peer '7'") as info:
         confirm_answer(Response(ResponseCode.CONFIRM_TRANSACTION, "7"), 8)
     assert info.value.response_code == ResponseCode.BAD_CHECKSUM
     assert confirm_answer(Response(ResponseCode.CONFIRM_TRANSACTION, "7"), 8, version=3) == CONFIRM_OK
-    for bad in [Response(ResponseCode.CONFIRM_TRANSACTION, "-1"), Response(ResponseCode.CONFIRM_TRANSACTION, "99999999999")]:
+    # compared as text, as NiFi does
+    with pytest.raises(ChecksumMismatch):
+        confirm_answer(Response(ResponseCode.CONFIRM_TRANSACTION, "007"), 7)
+    assert confirmed_checksum(Response(ResponseCode.CONFIRM_TRANSACTION, "12")) == 12
+    for bad in ["-1", "99999999999", "", "1e3"]:
         with pytest.raises(ProtocolError, match="not a CRC32"):
-            confirmed_checksum(bad)
+            confirmed_checksum(Response(ResponseCode.CONFIRM_TRANSACTION, bad))
     with pytest.raises(ProtocolError, match="got BAD_CHECKSUM"):
         confirmed_checksum(Response(ResponseCode.BAD_CHECKSUM))
     assert encode_confirm(4294967295) == b"RC\x0c\x00\x0a4294967295"
