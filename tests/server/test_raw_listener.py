@@ -550,3 +550,17 @@ def test_bad_raw_port_is_refused_naming_the_flag(argv: list[str], message: str) 
     with pytest.raises((UsageError, argparse.ArgumentError)) as info:
         build_app(parser.parse_args(["--input-port", "in", *argv]))
     assert message in str(info.value)
+
+
+def test_transaction_expired_before_the_confirmation_is_not_committed(srv: ServerThread) -> None:
+    with RawPeer(raw_port(srv)) as peer:
+        peer.open(srv.port_id("in2"))
+        theirs, ours = peer.send_packets(FLOWFILES)
+        assert theirs == ours
+        held = [t for t in srv.admin.transactions() if t["finishedAt"] is None]
+        assert [t["state"] for t in held] == ["HELD"]
+        srv.admin.expire(held[0]["id"])  # as if its TTL had passed while the client waited
+        peer.send(raw.CONFIRM_OK)
+        assert peer.rest() == b""  # closed without TRANSACTION_FINISHED: the client knows it failed
+    assert srv.admin.transaction(held[0]["id"])["outcome"] == "expired"
+    assert srv.admin.queued("in2") == 0
