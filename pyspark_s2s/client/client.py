@@ -1,5 +1,9 @@
 """The Site-to-Site client object: peer choice and transaction creation (docs/protocol.md §1.4, §8).
 
+Over either transport (``transportProtocol``): HTTP requests, or NiFi's RAW socket protocol
+(``client.raw``: connections, pool, peer list and transactions); the site information always comes
+over HTTP(S). Callers see the same transaction interface either way.
+
 Owns: :class:`SiteToSiteClient` — lazily built transport, site information and peers; the
 handshake headers of every request (version + handshake properties, §1.1); port resolution;
 ``create_transaction`` with NiFi's reactions to a failed creation (penalize the peer, then
@@ -21,6 +25,13 @@ from typing import Any, Self
 from pyspark_s2s.client.config import SiteToSiteClientConfig
 from pyspark_s2s.client.http import HttpTransport
 from pyspark_s2s.client.peers import PeerManager
+from pyspark_s2s.client.raw import (
+    RawReceiveTransaction,
+    RawSendTransaction,
+    RawTransport,
+    raw_bootstrap_peer,
+    raw_peer_name,
+)
 from pyspark_s2s.client.siteinfo import SiteInfo, SiteInfoProvider
 from pyspark_s2s.client.transaction import (
     ReceiveTransaction,
@@ -36,6 +47,8 @@ from pyspark_s2s.errors import (
     PortNotRunningError,
     ProtocolError,
     S2SError,
+    TransactionNotFoundError,
+    TransactionStateError,
     UnknownPortError,
 )
 from pyspark_s2s.protocol.codes import (
@@ -71,7 +84,8 @@ def raises_at_once(exc: S2SError) -> bool:
 
 
 class SiteToSiteClient:
-    """A NiFi Site-to-Site client over HTTP(S). Thread-safe; connects lazily.
+    """A NiFi Site-to-Site client over HTTP(S) or RAW sockets (``transportProtocol``). Thread-safe;
+    connects lazily.
 
     >>> client = SiteToSiteClient(url="http://127.0.0.1:8080/nifi", portName="in")   # doctest: +SKIP
     >>> with client.create_transaction("send") as tx:                                 # doctest: +SKIP
@@ -90,6 +104,7 @@ class SiteToSiteClient:
         self.config = config
         self._lock = threading.RLock()
         self._transport: HttpTransport | None = None
+        self._raw: RawTransport | None = None
         self._site: SiteInfoProvider | None = None
         self._peers: PeerManager | None = None
         self._version = 1
@@ -106,6 +121,14 @@ class SiteToSiteClient:
                 cfg = self.config
                 self._transport = HttpTransport(cfg)
                 self._site = SiteInfoProvider(self._transport, cfg.urls, cfg.cache_expiration, self.headers)
+                raw_options: dict[str, Any] = {}
+                if self.is_raw:
+                    http = self._transport
+                    self._raw = RawTransport(cfg, self._site, ssl_context=lambda: http.ssl_context)
+                    # RAW peers are (host, RAW port): asked with REQUEST_PEER_LIST, starting from
+                    # the site information's remoteSiteListeningPort
+                    raw_options = {"protocol": "RAW", "query": self._raw.fetch_peers,
+                                   "bootstrap": raw_bootstrap_peer}
                 self._peers = PeerManager(
                     self._transport,
                     self._site,
@@ -114,11 +137,23 @@ class SiteToSiteClient:
                     penalization_seconds=cfg.penalization_period,
                     headers=self.headers,
                     persistence_file=cfg.peer_persistence_file,
+                    **raw_options,
                 )
                 peers = self._peers
-                self._site.fallback_urls = lambda: [p.api_url for p in peers.peers]
+                if not self.is_raw:
+                    # RAW peers name their RAW port, not an API URL
+                    self._site.fallback_urls = lambda: [p.api_url for p in peers.peers]
             assert self._site is not None and self._peers is not None
             return self._transport, self._site, self._peers
+
+    @property
+    def is_raw(self) -> bool:
+        """Whether transactions use NiFi's RAW socket protocol (``transportProtocol=RAW``)."""
+        return self.config.transport_protocol == "RAW"
+
+    def peer_name(self, peer: PeerStatus) -> str:
+        """How errors name ``peer``: its API URL (HTTP) or ``nifi://host:port`` (RAW)."""
+        return raw_peer_name(peer) if self.is_raw else peer.api_url
 
     def headers(self) -> dict[str, str]:
         """Version and handshake headers NiFi's client puts on every request (§1.1)."""
@@ -197,7 +232,7 @@ class SiteToSiteClient:
                 tx = self._initiate(transport, chosen, direction, port_id)
             except S2SError as exc:
                 peers.penalize(chosen)
-                raise exc.with_context(peer=chosen.api_url, port=self.config.port) from None
+                raise exc.with_context(peer=self.peer_name(chosen), port=self.config.port) from None
             return self._opened(tx)
         attempts: list[str] = []
         tried: set[tuple[str, int]] = set()
@@ -224,10 +259,10 @@ class SiteToSiteClient:
                 tx = self._initiate(transport, peer, direction, port_id)
             except S2SError as exc:
                 peers.penalize(peer)
-                exc.with_context(peer=peer.api_url, port=self.config.port)
+                exc.with_context(peer=self.peer_name(peer), port=self.config.port)
                 if raises_at_once(exc):
                     raise
-                logger.info("transaction creation at %s failed (%s); trying the next peer", peer.api_url, exc)
+                logger.info("transaction creation at %s failed (%s); trying the next peer", self.peer_name(peer), exc)
                 attempts.append(f"{peer.hostname}:{peer.port}: {exc.message}")
                 retriable = exc.retriable if failures == 0 else (retriable or exc.retriable)
                 failures += 1
@@ -244,6 +279,8 @@ class SiteToSiteClient:
 
     def _initiate(self, transport: HttpTransport, peer: PeerStatus, direction: Direction, port_id: str
                   ) -> SendTransaction | ReceiveTransaction:
+        if self._raw is not None:
+            return self._initiate_raw(self._raw, peer, direction, port_id)
         base = peer.api_url
         headers = self.headers()
         headers["Accept"] = "application/json"
@@ -282,6 +319,37 @@ class SiteToSiteClient:
             port_name=self.config.port_name,
         )
 
+    def _initiate_raw(self, raw: RawTransport, peer: PeerStatus, direction: Direction, port_id: str
+                      ) -> SendTransaction | ReceiveTransaction:
+        """A RAW transaction on a pooled (or new) handshaken connection; a receive asks for data
+        here, so a connection that fails at once counts as a failed creation (next peer)."""
+        cfg = self.config
+        conn = raw.checkout(peer, port_id, port_label=cfg.port)
+        kw: dict[str, Any] = {"transport": raw, "conn": conn, "port_id": port_id, "port_name": cfg.port_name,
+                              "use_compression": bool(cfg.use_compression), "on_close": self._forget}
+        if direction is Direction.SEND:
+            return RawSendTransaction(**kw)  # type: ignore[return-value]
+        tx = RawReceiveTransaction(**kw)
+        tx._open_download()
+        return tx  # type: ignore[return-value]
+
+    def _raw_handle(self, handle: TransactionHandle, what: str) -> bool:
+        """Whether ``handle`` names a RAW transaction (``nifi://``): those live on their
+        connection, so nothing can be done with them from a handle."""
+        if not handle.transaction_url.startswith("nifi://"):
+            return False
+        if what == "cancel":
+            return True
+        ctx: dict[str, Any] = {"peer": handle.peer, "port": handle.port_id, "transaction": handle.transaction_id}
+        if what == "confirm":
+            # the outcome of a RAW receive can only be learned on its connection: like an HTTP
+            # transaction the server no longer knows, it is unknown here
+            raise TransactionNotFoundError(
+                f"a RAW transaction cannot be confirmed from a handle ({handle.transaction_url}); "
+                "only its own connection could, and it is gone", **ctx)
+        raise TransactionStateError(f"a RAW transaction cannot be {what} from a handle ({handle.transaction_url})",
+                                    **ctx)
+
     def _forget(self, tx: Any) -> None:
         with self._lock:
             self._open.discard(tx)
@@ -302,6 +370,7 @@ class SiteToSiteClient:
     def commit(self, handle: TransactionHandle) -> TransactionCompletion:
         """Commit a detached send transaction (DELETE responseCode=12); 14 sets ``backoff``."""
         started = time.monotonic()
+        self._raw_handle(handle, "committed")
         resp, ctx = self._handle_request("DELETE", handle, "?responseCode=12")
         result = TransactionResult.parse(resp.body)
         if resp.status != 200:
@@ -323,6 +392,7 @@ class SiteToSiteClient:
         (the server rolled back); a transaction the server no longer knows (committed already,
         or expired and rolled back) raises :class:`TransactionNotFoundError` (HTTP 404).
         """
+        self._raw_handle(handle, "confirm")
         resp, ctx = self._handle_request(
             "DELETE", handle, f"?responseCode={int(ResponseCode.CONFIRM_TRANSACTION)}&checksum={handle.checksum}")
         result = TransactionResult.parse(resp.body)
@@ -338,13 +408,17 @@ class SiteToSiteClient:
         return result.flow_files_sent
 
     def cancel(self, handle: TransactionHandle) -> None:
-        """Cancel a detached transaction (DELETE responseCode=15); an expired one is fine."""
+        """Cancel a detached transaction (DELETE responseCode=15); an expired one is fine. (A RAW
+        transaction is rolled back by the server when its connection goes: nothing to do.)"""
+        if self._raw_handle(handle, "cancel"):
+            return
         resp, ctx = self._handle_request("DELETE", handle, "?responseCode=15")
         if resp.status not in (200, 404):
             raise _result_error(resp, resp.body, f"cancel DELETE {handle.transaction_url}", **ctx)
 
     def extend(self, handle: TransactionHandle) -> None:
         """Extend a detached transaction's TTL (PUT)."""
+        self._raw_handle(handle, "extended")
         resp, ctx = self._handle_request("PUT", handle)
         if resp.status != 200:
             raise _result_error(resp, resp.body, f"PUT {handle.transaction_url} (extend TTL)", **ctx)
@@ -390,6 +464,8 @@ class SiteToSiteClient:
                 tx.cancel("client closed")
             except S2SError as exc:
                 logger.warning("canceling %s on close failed: %s", tx.transaction_url, exc)
+        if self._raw is not None:
+            self._raw.close()
         if self._transport is not None:
             self._transport.close()
 

@@ -273,11 +273,15 @@ def _parse_store_type(value: Any, option: str) -> str:
     return text
 
 
+#: NiFi's SiteToSiteTransportProtocol names
+TRANSPORT_PROTOCOLS = ("HTTP", "RAW")
+
+
 def _parse_transport(value: Any, option: str) -> str:
-    text = _parse_str(value, option).upper()
-    if text != "HTTP":
+    text = _parse_str(value, option).strip().upper()
+    if text not in TRANSPORT_PROTOCOLS:
         raise ConfigError(
-            f"{option}: only HTTP (HTTP and HTTPS URLs) is supported; the RAW socket protocol is not; got {value!r}",
+            f"{option} must be HTTP or RAW (NiFi's SiteToSiteTransportProtocol); got {value!r}",
             option=option,
         )
     return text
@@ -341,10 +345,12 @@ OPTIONS: tuple[Option, ...] = (
     _opt("portIdentifier", "port_identifier", _parse_str, None, "string",
          "Identifier of the remote port; use instead of `portName`.", "portId", "port_identifier", "port_id"),
     _opt("timeout", "timeout", _positive_dur, 30.0, "duration",
-         "Connect and read timeout of every HTTP request.", default_doc="30 sec"),
+         "Connect and read timeout of every HTTP request (RAW: of every connect, read and write).",
+         default_doc="30 sec"),
     _opt("idleExpiration", "idle_expiration", _positive_dur, 30.0, "duration",
          "Sent to the server as the request expiration (`x-nifi-site-to-site-request-expiration`, in ms), "
-         "as NiFi's client does with its idle expiration.", "idleConnectionExpiration", default_doc="30 sec"),
+         "as NiFi's client does with its idle expiration. RAW: also how long a pooled connection may stay "
+         "idle before it is shut down instead of reused.", "idleConnectionExpiration", default_doc="30 sec"),
     _opt("penalizationPeriod", "penalization_period", _dur, 3.0, "duration",
          "How long a peer that failed to create a transaction is skipped.", "nodePenalizationPeriod",
          default_doc="3 sec"),
@@ -393,8 +399,11 @@ OPTIONS: tuple[Option, ...] = (
          "Beyond NiFi: rewrite advertised peer addresses to reachable ones, "
          "`advertised-host:port=reachable-host:port,...` (containers, Kubernetes, NAT). TLS still verifies "
          "the advertised host name.", default_doc="none"),
-    _opt("transportProtocol", "transport_protocol", _parse_transport, "HTTP", "HTTP",
-         "Only HTTP is supported (the RAW socket protocol is not)."),
+    _opt("transportProtocol", "transport_protocol", _parse_transport, "HTTP", "HTTP or RAW",
+         "`HTTP`: Site-to-Site over HTTP(S) requests. `RAW`: NiFi's socket protocol on the port the site "
+         "information names (`remoteSiteListeningPort`, `nifi.remote.input.socket.port`); TLS when the site "
+         "says `siteToSiteSecure`, with the same keystore and truststore. The URLs stay HTTP(S) either way "
+         "(site information and port names come from the REST API).", "transport"),
 )
 
 _BY_NAME: dict[str, Option] = {}

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 
 from pyspark_s2s.client.http import HttpTransport
-from pyspark_s2s.client.siteinfo import SiteInfoProvider
+from pyspark_s2s.client.siteinfo import SiteInfo, SiteInfoProvider
 from pyspark_s2s.errors import (
     HTTPStatusError,
     ProtocolError,
@@ -61,7 +61,15 @@ class PeerManager:
         persistence_file: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        protocol: str = "HTTP",
+        query: Callable[[PeerStatus], list[PeerStatus]] | None = None,
+        bootstrap: Callable[[SiteInfo], PeerStatus] | None = None,
     ) -> None:
+        # the RAW transport passes its own peer query (REQUEST_PEER_LIST) and bootstrap peer (the
+        # RAW port of the site information); ``protocol`` is the persistence file's first line
+        self._protocol = protocol
+        self._query_peers = query
+        self._bootstrap = bootstrap or SiteInfo.bootstrap_peer
         self._transport = transport
         self._site = site
         self._cluster_urls = cluster_urls
@@ -89,7 +97,7 @@ class PeerManager:
         except OSError as exc:
             logger.warning("cannot read peer persistence file %s: %s", self._file, exc)
             return
-        peers = parse_peer_file(text, "HTTP", self._cluster_urls)
+        peers = parse_peer_file(text, self._protocol, self._cluster_urls)
         if peers is None:
             logger.info("ignoring peer persistence file %s (other URLs, protocol or format)", self._file)
             return
@@ -100,7 +108,7 @@ class PeerManager:
     def _persist(self, peers: list[PeerStatus]) -> None:
         if not self._file:
             return
-        text = format_peer_file("HTTP", self._cluster_urls, peers)
+        text = format_peer_file(self._protocol, self._cluster_urls, peers)
         # a temporary file of our own (several processes, e.g. Spark executors, may share the
         # persistence file), renamed over the old one: readers see the old or the new file whole
         directory = os.path.dirname(os.path.abspath(self._file))
@@ -120,6 +128,8 @@ class PeerManager:
 
     # -- refresh -----------------------------------------------------------------------------
     def _query(self, peer: PeerStatus) -> list[PeerStatus]:
+        if self._query_peers is not None:
+            return self._query_peers(peer)
         headers = dict(self._headers())
         headers["Accept"] = "application/json"
         url = peer.api_url + peers_path()
@@ -151,7 +161,7 @@ class PeerManager:
             candidates = list(self._selector.peers)
         errors: list[str] = []
         try:
-            bootstrap = self._site.get().bootstrap_peer()
+            bootstrap = self._bootstrap(self._site.get())
             if bootstrap.key not in {p.key for p in candidates}:
                 candidates.append(bootstrap)
             else:

@@ -15,6 +15,7 @@ A transaction object is used by one thread (the keep-alive runs beside it).
 
 from __future__ import annotations
 
+import abc
 import io
 import logging
 import os
@@ -185,7 +186,11 @@ class _KeepAlive:
             self._thread.join(wait)
 
 
-class _Transaction:
+class _Transaction(metaclass=abc.ABCMeta):
+    """The HTTP transaction; :class:`SendTransaction` and :class:`ReceiveTransaction` are also the
+    client's transaction interfaces: the RAW transport's classes (``client.raw``) register as
+    their virtual subclasses, so ``isinstance`` checks hold for either transport."""
+
     direction: Direction
     _table: Any
 

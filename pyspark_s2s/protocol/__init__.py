@@ -12,4 +12,6 @@ time and random sources in). Modules:
 * ``negotiation`` transport version negotiation and handshake properties
 * ``urls``        cluster URL parsing and normalisation
 * ``peers``       peer weights, selection, penalization, persistence format
+* ``raw``         the RAW socket transport: magic, resource negotiation, handshake, response
+                  codes, peer list, packet sections and checksum confirmation
 """

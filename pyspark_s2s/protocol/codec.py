@@ -288,6 +288,51 @@ class PacketDecoder:
             )
             raise ProtocolError(f"stream ended {where} (truncated data)")
 
+    def _check_boundary(self, what: str) -> None:
+        if self._direct or self._streaming or self._pending is not None:
+            raise ProtocolError(f"{what} called in the middle of a packet")
+
+    def peek_buffered(self) -> memoryview:
+        """At a packet boundary: a view of the bytes fed but not decoded yet.
+
+        For a transport that puts something other than packets between them (RAW Site-to-Site
+        sends a response code after every packet): the caller feeds what it receives, stops
+        calling :meth:`next_event` once a packet is complete, reads what follows from this view
+        and drops it with :meth:`skip_buffered`. Release the view before the next ``feed``.
+        """
+        self._check_boundary("peek_buffered()")
+        return memoryview(self._buf)[self._pos :]
+
+    def skip_buffered(self, n: int) -> None:
+        """At a packet boundary: drop ``n`` buffered bytes that belong to no packet (neither
+        checksummed nor counted)."""
+        self._check_boundary("skip_buffered()")
+        if not 0 <= n <= len(self._buf) - self._pos:
+            raise ValueError(f"cannot skip {n} of {len(self._buf) - self._pos} buffered bytes")
+        self._pos += n
+        self._need = 4
+
+    def skip_prefix(self, prefix: bytes) -> bool:
+        """At a packet boundary: when the buffered bytes start with ``prefix``, drop them and
+        return True (the fast path of :meth:`peek_buffered` + :meth:`skip_buffered`)."""
+        if self._pending is not None or self._streaming or self._direct:
+            raise ProtocolError("skip_prefix() called in the middle of a packet")
+        if self._buf.startswith(prefix, self._pos):
+            self._pos += len(prefix)
+            self._need = 4
+            return True
+        return False
+
+    def take_buffered(self) -> bytes:
+        """At a packet boundary: remove and return the bytes fed but not decoded yet (for a
+        transport whose packets are followed by something else; counters and CRC unchanged)."""
+        self._check_boundary("take_buffered()")
+        rest = bytes(self._buf[self._pos :])
+        self._buf = bytearray()
+        self._pos = 0
+        self._need = 4
+        return rest
+
     # -- output ----------------------------------------------------------------------------
     def next_event(self) -> DecoderEvent:
         if self._failed:

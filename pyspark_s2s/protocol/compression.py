@@ -148,6 +148,41 @@ class FrameReader:
                 self._pos = 0
             self._buf += data
 
+    def _check_boundary(self, what: str) -> None:
+        if self._state != _ST_SYNC or self._in_frame:
+            raise ProtocolError(f"{what} called in the middle of a compression frame")
+
+    def peek_buffered(self) -> memoryview:
+        """At a frame boundary: a view of the bytes fed but not read yet (RAW Site-to-Site sends
+        a response code after each frame; the caller reads it here, then :meth:`skip_buffered`).
+        Release the view before the next ``feed``."""
+        self._check_boundary("peek_buffered()")
+        return memoryview(self._buf)[self._pos :]
+
+    def skip_buffered(self, n: int) -> None:
+        """At a frame boundary: drop ``n`` buffered bytes that belong to no frame."""
+        self._check_boundary("skip_buffered()")
+        if not 0 <= n <= len(self._buf) - self._pos:
+            raise ValueError(f"cannot skip {n} of {len(self._buf) - self._pos} buffered bytes")
+        self._pos += n
+
+    def skip_prefix(self, prefix: bytes) -> bool:
+        """At a frame boundary: when the buffered bytes start with ``prefix``, drop them and
+        return True."""
+        self._check_boundary("skip_prefix()")
+        if self._buf.startswith(prefix, self._pos):
+            self._pos += len(prefix)
+            return True
+        return False
+
+    def take_buffered(self) -> bytes:
+        """At a frame boundary: remove and return the bytes fed but not read yet."""
+        self._check_boundary("take_buffered()")
+        rest = bytes(self._buf[self._pos :])
+        self._buf = bytearray()
+        self._pos = 0
+        return rest
+
     def end_of_stream(self) -> ReaderEvent:
         """Declare the end of input. Returns FRAME_END when it closes an open frame
         (EOF in place of the 0x00 indicator), else None; raises when it cuts a chunk."""

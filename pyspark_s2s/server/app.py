@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pyspark_s2s.server.faults import FaultRegistry
 from pyspark_s2s.server.http import DEFAULT_IDLE_TIMEOUT, NodeServer
 from pyspark_s2s.server.model import Cluster, Node
+from pyspark_s2s.server.raw import RawNodeServer
 from pyspark_s2s.server.tls import AccessPolicy
 
 __all__ = ["ServerApp"]
@@ -40,6 +41,8 @@ class ServerApp:
         policy: AccessPolicy | None = None,
         base_port: int = 0,
         idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+        raw_base_port: int | None = None,
+        raw_ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.cluster = cluster
         self.idle_timeout = idle_timeout
@@ -52,7 +55,16 @@ class ServerApp:
         self.root_group_id = str(uuid.uuid5(uuid.NAMESPACE_URL, "pyspark-s2s:root-group"))
         self.instance_id = str(uuid.uuid4())
         self._servers: dict[int, NodeServer] = {}
+        #: RAW Site-to-Site (``--raw-port``): None = no RAW listener; 0 = free ports; else node k
+        #: listens on raw_base_port + k. The RAW listener needs client certificates under TLS
+        #: (``raw_ssl_context``, NiFi's needClientAuth).
+        self.raw_base_port = raw_base_port
+        self.raw_ssl_context = raw_ssl_context if raw_ssl_context is not None else ssl_context
+        self._raw_servers: dict[int, RawNodeServer] = {}
+        #: node index -> its RAW port, kept while a node is stopped (a restart binds it again)
+        self._raw_ports: dict[int, int] = {}
         self._threads: dict[int, threading.Thread] = {}
+        self._raw_threads: dict[int, threading.Thread] = {}
         self._lifecycle = threading.RLock()
         self._stop = threading.Event()
         self._cleaner: threading.Thread | None = None
@@ -65,6 +77,11 @@ class ServerApp:
     @property
     def scheme(self) -> str:
         return "https" if self.secure else "http"
+
+    def raw_port(self, node: Node) -> int | None:
+        """The RAW Site-to-Site port of ``node``, None when it has no RAW listener."""
+        server = self._raw_servers.get(node.index)
+        return None if server is None else int(server.server_address[1])
 
     def run_later(self, action: Callable[[], object]) -> None:
         """Run an admin action (node stop/remove) in its own thread, after the answer was sent;
@@ -94,6 +111,12 @@ class ServerApp:
             node.port_number = int(server.server_address[1])
             node.url = f"{self.scheme}://{_advertised(self.cluster.host)}:{node.port_number}/nifi"
             node.host = _advertised(self.cluster.host)
+            if self.raw_base_port is not None:
+                try:
+                    self._bind_raw(node)
+                except BaseException:
+                    server.server_close()
+                    raise
             thread = threading.Thread(
                 target=server.serve_forever,
                 kwargs={"poll_interval": 0.1},
@@ -107,6 +130,23 @@ class ServerApp:
             logger.info("node %d listening on %s", node.index, node.url)
             self.cluster.node_started(node)  # load-balanced routes: what waited for it goes to it
             return node
+
+    def _bind_raw(self, node: Node) -> None:
+        assert self.raw_base_port is not None
+        port = self._raw_ports.get(node.index)
+        if port is None:
+            port = 0
+            if self.raw_base_port:
+                port = max(self._raw_ports.values(), default=self.raw_base_port - 1) + 1
+        raw = RawNodeServer((self.cluster.host, port), self, node, self.raw_ssl_context, self.idle_timeout)
+        self._raw_ports[node.index] = int(raw.server_address[1])
+        thread = threading.Thread(
+            target=raw.serve_forever, kwargs={"poll_interval": 0.1}, name=f"s2s-node-{node.index}-raw", daemon=True
+        )
+        self._raw_servers[node.index] = raw
+        self._raw_threads[node.index] = thread
+        thread.start()
+        logger.info("node %d: RAW Site-to-Site on port %d", node.index, self._raw_ports[node.index])
 
     def stop_node(self, index: int) -> Node:
         with self._lifecycle:
@@ -124,9 +164,15 @@ class ServerApp:
             server.shutdown()
             server.server_close()
             server.close_connections()
-        thread = self._threads.pop(index, None)
-        if thread is not None:
-            thread.join(timeout=5)
+        raw = self._raw_servers.pop(index, None)
+        if raw is not None:
+            raw.shutdown()
+            raw.server_close()
+            raw.close_connections()
+        for threads in (self._threads, self._raw_threads):
+            thread = threads.pop(index, None)
+            if thread is not None:
+                thread.join(timeout=5)
         with self.cluster.lock:
             self.cluster.abort_node_transactions(node, "node stopped")
 

@@ -130,10 +130,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "single-node or partition-by-attribute=ATTR; repeatable")
     p.add_argument("--ttl", type=_positive, default=30, metavar="SECONDS",
                    help="transaction TTL in seconds (default 30, NiFi's default)")
+    p.add_argument("--raw-port", type=_port_number, default=None, metavar="PORT",
+                   help="also serve RAW socket Site-to-Site (NiFi's nifi.remote.input.socket.port): node "
+                        "k listens on PORT+k; 0 picks free ports; with --tls, TLS with a client "
+                        "certificate required; default: HTTP only")
     p.add_argument("--idle-timeout", type=_seconds, default=30.0, metavar="SECONDS",
                    help="close a connection that sends no complete request head (request line and "
-                        "headers) within SECONDS of connecting or of its last answer; default 30, "
-                        "Jetty's idle timeout")
+                        "headers) within SECONDS of connecting or of its last answer, or whose body "
+                        "or answer makes no progress for SECONDS (its transaction is rolled back); "
+                        "default 30, Jetty's idle timeout")
     p.add_argument("--tls", metavar="DIR",
                    help="serve HTTPS; key material is read from DIR or generated there")
     p.add_argument("--allow", action="append", default=[], metavar="PORT=DN",
@@ -152,7 +157,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "serve",
         help="run the reference Site-to-Site server",
-        description="Run the reference NiFi Site-to-Site (HTTP) server.",
+        description="Run the reference NiFi Site-to-Site server (HTTP; RAW sockets too with --raw-port).",
     )
     add_arguments(p)
     p.set_defaults(func=run)
@@ -194,6 +199,14 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
     if args.port and args.port + args.nodes - 1 > 65535:
         raise UsageError(f"--port {args.port} --nodes {args.nodes}: node {args.nodes - 1} would need port "
                          f"{args.port + args.nodes - 1}, above 65535")
+    if args.raw_port and args.raw_port + args.nodes - 1 > 65535:
+        raise UsageError(f"--raw-port {args.raw_port} --nodes {args.nodes}: node {args.nodes - 1} would need "
+                         f"RAW port {args.raw_port + args.nodes - 1}, above 65535")
+    if args.raw_port and args.port and (
+        args.raw_port <= args.port + args.nodes - 1 and args.port <= args.raw_port + args.nodes - 1
+    ):
+        raise UsageError(f"--raw-port {args.raw_port} and --port {args.port} --nodes {args.nodes}: "
+                         "the RAW and HTTP port ranges overlap")
     if args.data_dir is not None:
         ensure_directory(args.data_dir, "--data-dir")
     cluster = Cluster(
@@ -208,11 +221,13 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
     )
     material = None
     ctx = None
+    raw_ctx = None
     policy = AccessPolicy()
     if args.tls:
         try:
             material, generated = ensure_material(args.tls)
             ctx = server_context(material)
+            raw_ctx = server_context(material, client_cert_required=True)
         except (OSError, ValueError) as exc:
             raise CommandError(f"--tls {args.tls}: cannot read or create the key material there: "
                                f"{os_reason(exc)}") from None
@@ -225,7 +240,15 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
               f"client.p12 + client.p12.password, denied.*)", flush=True)
     elif args.allow:
         raise UsageError("--allow needs --tls")
-    app = ServerApp(cluster, ssl_context=ctx, policy=policy, base_port=args.port, idle_timeout=args.idle_timeout)
+    app = ServerApp(
+        cluster,
+        ssl_context=ctx,
+        policy=policy,
+        base_port=args.port,
+        idle_timeout=args.idle_timeout,
+        raw_base_port=args.raw_port,
+        raw_ssl_context=raw_ctx,
+    )
     return app, material
 
 
@@ -249,6 +272,9 @@ def run(args: argparse.Namespace) -> int:
             raise CommandError(f"cannot listen on --host {args.host} --port {args.port}: {os_reason(exc)}") from None
         for node in nodes:
             print(listening_line(node.index, node.url), flush=True)
+            raw_port = app.raw_port(node)
+            if raw_port is not None:
+                print(f"s2s: node {node.index} RAW site-to-site on {node.host}:{raw_port}", flush=True)
         _wait_for_stop(stop)
     finally:
         app.close()

@@ -26,19 +26,11 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from pyspark_s2s.errors import (
+    ChecksumMismatch,
     ProtocolError,
     S2SError,
     TransactionNotFoundError,
     TransactionStateError,
-    UnauthorizedError,
-)
-from pyspark_s2s.protocol.codec import (
-    NEED_DATA,
-    ContentChunk,
-    DataPacket,
-    PacketEnd,
-    PacketStart,
-    decode_packets,
 )
 from pyspark_s2s.protocol.codes import (
     Direction,
@@ -57,9 +49,8 @@ from pyspark_s2s.protocol.negotiation import (
     negotiate_transport_version,
     parse_handshake_headers,
 )
-from pyspark_s2s.protocol.stream import PacketStreamDecoder, PacketStreamEncoder
-from pyspark_s2s.protocol.transaction import ServerState
-from pyspark_s2s.server import admin
+from pyspark_s2s.protocol.stream import PacketStreamEncoder
+from pyspark_s2s.server import admin, core
 from pyspark_s2s.server.faults import Fault
 from pyspark_s2s.server.httpio import (
     READ_SIZE,
@@ -69,26 +60,18 @@ from pyspark_s2s.server.httpio import (
     RequestBody,
 )
 from pyspark_s2s.server.model import (
-    Content,
-    ContentWriter,
     FlowFile,
     Node,
     Port,
     Transaction,
     WireFlowFile,
-    server_attributes,
-    wire_flowfiles,
 )
-from pyspark_s2s.server.tls import AccessPolicy, peer_dn
+from pyspark_s2s.server.tls import peer_dn
 
 
-class HandlerApp(admin.AdminApp, Protocol):
+class HandlerApp(admin.AdminApp, core.CoreApp, Protocol):
     """What the request handlers need of the running server (:class:`~pyspark_s2s.server.app.ServerApp`
     provides it; a Protocol, so that this module does not import the one that imports it)."""
-
-    policy: AccessPolicy
-    root_group_id: str
-    instance_id: str
 
     @property
     def scheme(self) -> str: ...
@@ -102,11 +85,6 @@ logger = logging.getLogger(__name__)
 NO_CACHE = "private, no-cache, no-store, no-transform"
 #: seconds a connection may stay silent or take to send a request head (Jetty's default idle timeout)
 DEFAULT_IDLE_TIMEOUT = 30.0
-UPLOAD_INLINE_LIMIT = 64 * 1024
-#: a download takes up to this many FlowFiles / bytes from the queue at once
-DOWNLOAD_BATCH = 4096
-DOWNLOAD_BATCH_BYTES = 1 << 20
-_NOT_FOUND_TX = "Transaction was not found."
 
 
 class _Dropped(Exception):
@@ -190,7 +168,9 @@ class NodeServer(ThreadingHTTPServer):
     A connection has ``idle_timeout`` seconds to send each request head (request line and
     headers), counted from the end of the previous answer; a client that says nothing, or
     trickles its headers (slowloris), is then closed by a watchdog thread, as Jetty closes a
-    connection after its idle timeout (30 s by default). Bodies are not limited by it.
+    connection after its idle timeout (30 s by default). Every other read or write of a
+    connection (request bodies, answers) may wait at most ``idle_timeout`` seconds for progress:
+    an upload whose body stalls ends its connection and its transaction is rolled back.
     """
 
     daemon_threads = True
@@ -267,7 +247,7 @@ class NodeServer(ThreadingHTTPServer):
             logger.debug("TCP_NODELAY not available", exc_info=True)
         conn = request
         if self.ssl_context is not None:
-            request.settimeout(30)
+            request.settimeout(self.idle_timeout)
             try:
                 conn = self.ssl_context.wrap_socket(request, server_side=True)
             except (ssl.SSLError, OSError) as exc:
@@ -314,10 +294,16 @@ class S2SHandler(BaseHTTPRequestHandler):
     default_request_version = "HTTP/1.1"
     server_version = "pyspark-s2s"
     sys_version = ""
-    timeout = 300
     server: NodeServer
 
     # -- plumbing ------------------------------------------------------------------------------
+    def setup(self) -> None:
+        # every read and write of the connection may wait at most the idle timeout for progress:
+        # a body that stalls (a chunk that never completes, a Content-Length never reached) ends
+        # its connection and rolls its transaction back, as Jetty's idle timeout ends it
+        super().setup()
+        self.connection.settimeout(self.server.idle_timeout)
+
     def version_string(self) -> str:
         return self.server_version
 
@@ -497,18 +483,19 @@ class S2SHandler(BaseHTTPRequestHandler):
             return None
 
     def framework_denied(self, what: str) -> bool:
-        """NiFi's framework authorization (§10): on a secure server, no certificate → 401,
-        a DN that no policy knows → 403, both text/plain. Answers and returns True if denied."""
-        if not self.app.secure:
+        """NiFi's framework authorization (§10, core.framework_denial): on a secure server, no
+        certificate → 401, a DN that no policy knows → 403, both text/plain. Answers and returns
+        True if denied."""
+        status = core.framework_denial(self.app, self.peer_dn())
+        if status is None:
             return False
-        dn = self.peer_dn()
-        if dn is None:
-            self.send_text(401, f"{what} Contact the system administrator.")
-            return True
-        if not self.app.policy.known(dn):
-            self.send_text(403, f"{what} Contact the system administrator.")
-            return True
-        return False
+        self.send_text(status, f"{what} Contact the system administrator.")
+        return True
+
+    def requester(self) -> core.Requester:
+        """Who asks, for the core: this node, the client's address, its certificate's DN."""
+        host, cport = self.client_peer()
+        return core.Requester(self.node, host, cport, self.peer_dn())
 
     def request_base_url(self) -> str:
         """Scheme://host[:port][/context] of this request, honouring proxy headers like NiFi."""
@@ -607,39 +594,9 @@ class S2SHandler(BaseHTTPRequestHandler):
     def _site_info(self) -> None:
         if self.framework_denied("Unable to view site-to-site details."):
             return
-        node = self.node
-        dn = self.peer_dn()
-
-        def visible(port: Port) -> bool:
-            return not self.app.secure or self.app.policy.may_use(dn, port.name)
-
-        def dto(port: Port) -> dict[str, Any]:
-            return {"id": port.id, "name": port.name, "state": port.state}
-
-        ports = list(node.ports.values())
-        inputs = [dto(p) for p in ports if p.kind == "input" and visible(p)]
-        outputs = [dto(p) for p in ports if p.kind == "output" and visible(p)]
-        running = sum(1 for p in ports if p.running)
-        controller: dict[str, Any] = {
-            "id": self.app.root_group_id,
-            "name": "pyspark-s2s reference server",
-            "comments": "",
-            "runningCount": running,
-            "stoppedCount": len(ports) - running,
-            "invalidCount": 0,
-            "disabledCount": 0,
-            "activeRemotePortCount": 0,
-            "inactiveRemotePortCount": 0,
-            "inputPortCount": len(inputs),
-            "outputPortCount": len(outputs),
-            # remoteSiteListeningPort (RAW) is null here, and NiFi omits null fields
-            "siteToSiteSecure": self.app.secure,
-            "instanceId": self.app.instance_id,
-            "inputPorts": inputs,
-            "outputPorts": outputs,
-        }
+        controller = core.site_details(self.app, self.requester())
         if get_header(self.headers, Header.PROTOCOL_VERSION) is not None:
-            controller["remoteSiteHttpListeningPort"] = node.port_number
+            controller["remoteSiteHttpListeningPort"] = self.node.port_number
         self.send_json(200, {"controller": controller}, {"Cache-Control": NO_CACHE})
 
     def _peers(self) -> None:
@@ -647,13 +604,8 @@ class S2SHandler(BaseHTTPRequestHandler):
             return
         version = negotiate_transport_version(get_header(self.headers, Header.PROTOCOL_VERSION))
         peers = [
-            {
-                "hostname": n.host,
-                "port": n.port_number,
-                "secure": self.app.secure,
-                "flowFileCount": n.queued(),
-            }
-            for n in self.app.cluster.live_nodes()
+            {"hostname": p.host, "port": p.http_port, "secure": p.secure, "flowFileCount": p.flow_files}
+            for p in core.peer_entries(self.app)
         ]
         self.send_json(200, {"peers": peers}, self.common_headers(version))
 
@@ -662,8 +614,8 @@ class S2SHandler(BaseHTTPRequestHandler):
         return self.framework_denied("Unable to transfer data via site-to-site.")
 
     def _handshake(self, direction: Direction, port_id: str) -> tuple[Port, HandshakeProperties]:
-        """NiFi's handshake (§8): compression flag, then the port checks (unknown, port policy,
-        running, destination full), then the numeric properties."""
+        """NiFi's handshake (§8): compression flag, then the port checks (core.check_handshake),
+        then the numeric properties."""
         props: HandshakeProperties | None = None
         deferred: ProtocolError | None = None
         try:
@@ -672,28 +624,12 @@ class S2SHandler(BaseHTTPRequestHandler):
             if exc.option == Header.USE_COMPRESSION:
                 raise
             deferred = exc
-        port = self.node.port_by_id(port_id)
-        if (
-            port is not None
-            and port.direction is direction
-            and self.app.secure
-            and not self.app.policy.may_use(self.peer_dn(), port.name)
-        ):
-            raise UnauthorizedError(f"Client is not authorized to use port {port.name}.", port=port.name)
-        with self.app.cluster.lock:
-            port = self.app.cluster.check_port(self.node, port_id, direction)
-        if deferred is not None:
-            raise deferred
+        port = core.check_handshake(self.app, self.requester(), port_id, direction, deferred)
         assert props is not None
         return port, props
 
     def _transaction(self, direction: Direction, port_id: str, tx_id: str) -> Transaction:
-        tx = self.app.cluster.active_transaction(self.node, tx_id)
-        if tx.direction is not direction or tx.port.id != port_id:
-            # NiFi keys transactions by id only; being stricter costs nothing and catches
-            # clients that mix up transaction URLs.
-            raise TransactionNotFoundError(_NOT_FOUND_TX, transaction=tx_id)
-        return tx
+        return core.find_transaction(self.app, self.requester(), direction, port_id, tx_id)
 
     def _create_transaction(self, port_type: str, port_id: str) -> None:
         try:
@@ -705,8 +641,7 @@ class S2SHandler(BaseHTTPRequestHandler):
             return
         version = negotiate_transport_version(get_header(self.headers, Header.PROTOCOL_VERSION))
         port, props = self._handshake(direction, port_id)
-        host, cport = self.client_peer()
-        tx = self.app.cluster.create_transaction(self.node, port, props, f"{host}:{cport}")
+        tx = core.create_transaction(self.app, self.requester(), port, props)
         location = (
             self.request_base_url() + API_SUFFIX + transaction_path(direction, port_id, tx.id)
         )
@@ -744,118 +679,51 @@ class S2SHandler(BaseHTTPRequestHandler):
             self.common_headers(version),
         )
 
-    def _ready_for_transfer(self, tx: Transaction) -> None:
-        if tx.state is not ServerState.CREATED:
-            raise TransactionStateError(
-                f"Transaction {tx.id} is {tx.state.name}; its data was already transferred.",
-                transaction=tx.id,
-            )
-
     def _upload(self, port_id: str, tx_id: str) -> None:
         if self._transfer_denied():
             return
         version = negotiate_transport_version(get_header(self.headers, Header.PROTOCOL_VERSION))
         tx = self._transaction(Direction.SEND, port_id, tx_id)
-        self._ready_for_transfer(tx)
+        core.ready_for_transfer(tx)
         _port, props = self._handshake(Direction.SEND, port_id)
-        cluster = self.app.cluster
-        cluster.begin_transfer(tx)
-        host, cport = self.client_peer()
         fault = self.fault
-        # content above 64 KiB streams straight into its ContentWriter instead of being
-        # gathered in the decoder's buffer and copied out again
-        decoder = PacketStreamDecoder(
-            props.compress, strict_frames=True, inline_content_limit=UPLOAD_INLINE_LIMIT
-        )
-        received: list[FlowFile] = []
-        writer: ContentWriter | None = None
-        start_attrs: dict[str, str] = {}
-        stalled = False
-
-        address = f"{host}:{cport}"
         # plain uploads without an injected fault take whole small packets in bulk runs, kept
         # in wire form (model.wire_flowfiles); the rest goes event by event
-        bulk = not props.compress and fault is None
-        packets = decoder.packets_decoder
-        next_run = packets.next_run if bulk else None
-
-        def pump() -> None:
-            nonlocal writer, start_attrs
-            while True:
-                if next_run is not None:
-                    run = next_run()
-                    if run is not None:
-                        flowfiles: list[Any] | None = wire_flowfiles(run, host, address)
-                        if flowfiles is None:
-                            flowfiles = [
-                                FlowFile(server_attributes(p.attributes, host, address), Content.of(p.content))
-                                for p in decode_packets(run.data)
-                            ]
-                        received.extend(flowfiles)
-                        continue
-                ev = decoder.next_event()
-                if ev is NEED_DATA:
-                    return
-                if isinstance(ev, DataPacket):
-                    received.append(FlowFile(server_attributes(ev.attributes, host, address), Content.of(ev.content)))
-                elif isinstance(ev, PacketStart):
-                    writer = ContentWriter()
-                    start_attrs = ev.attributes
-                elif isinstance(ev, ContentChunk):
-                    assert writer is not None
-                    writer.write(ev.data)
-                elif isinstance(ev, PacketEnd):
-                    assert writer is not None
-                    received.append(FlowFile(server_attributes(start_attrs, host, address), writer.finish()))
-                    writer = None
-
+        upload = core.StreamUpload(self.app, tx, self.requester(), props, bulk=fault is None)
+        stalled = False
         try:
             while True:
                 if fault is not None and fault.kind == "drop_mid_body" and self.body.received >= fault.after_bytes:
                     raise _Dropped()
                 # small packets: large reads, decoded in bulk; large content: the 64 KiB pieces it
                 # is kept in (reused heap memory, where 256 KiB pieces each took fresh pages)
-                size = READ_SIZE if packets.in_content else UPLOAD_READ_SIZE
+                size = READ_SIZE if upload.in_content else UPLOAD_READ_SIZE
                 data = self.body.read(size if fault is None else min(READ_SIZE, 1024))
                 if not data:
                     break
-                decoder.feed(data)
-                pump()
+                upload.feed(data)
                 if (
                     fault is not None
                     and fault.kind == "stall"
                     and not stalled
-                    and len(received) >= fault.after_packets
+                    and len(upload.received) >= fault.after_packets
                 ):
                     stalled = True
                     time.sleep(fault.seconds)
-            decoder.end_of_stream()
-            pump()
+            checksum = upload.end()
+        except core.NoFlowFilesSent as exc:
+            self.send_text(400, exc.message)
+            return
         except ProtocolError as exc:
-            if writer is not None:
-                writer.discard()
-            cluster.fail(tx, str(exc.message), received)
+            upload.fail(str(exc.message))
             self.close_connection = not self.body.done
             raise
-        except BaseException:
-            if writer is not None:
-                writer.discard()
-            cluster.fail(tx, "upload connection broke", received)
+        except TransactionNotFoundError:
+            raise
+        except BaseException as exc:
+            upload.fail("upload stalled" if isinstance(exc, TimeoutError) else "upload connection broke")
             self.close_connection = True
             raise
-        if not received:
-            cluster.fail(tx, "no flow file sent", received)
-            self.send_text(
-                400,
-                "Client should send request when there is data to send. There was no flow file sent.",
-            )
-            return
-        checksum = decoder.checksum
-        try:
-            cluster.end_transfer(tx, received, checksum)
-        except TransactionStateError:
-            cluster.fail(tx, "transaction ended during the upload", received)
-            raise TransactionNotFoundError(_NOT_FOUND_TX, transaction=tx_id) from None
         answer = checksum
         if fault is not None and fault.kind == "corrupt_checksum":
             answer = (checksum + 1) & 0xFFFFFFFF
@@ -868,39 +736,27 @@ class S2SHandler(BaseHTTPRequestHandler):
             return
         version = negotiate_transport_version(get_header(self.headers, Header.PROTOCOL_VERSION))
         tx = self._transaction(Direction.RECEIVE, port_id, tx_id)
-        self._ready_for_transfer(tx)
+        core.ready_for_transfer(tx)
         port, props = self._handshake(Direction.RECEIVE, port_id)
-        cluster = self.app.cluster
-        with cluster.lock:
-            cluster.begin_transfer(tx)
-            first = port.pop()
-            if first is None:
-                cluster.no_data(tx)
-        if first is None:
+        fault = self.fault
+        # FlowFiles are taken in batches (one lock, one write per run of wire-form packets); one
+        # at a time while a fault counts packets
+        download = core.Download(self.app, tx, port, props, one_at_a_time=fault is not None)
+        if not download.start():
             # NiFi aborts the streaming answer with WebApplicationException(200): text body,
             # no common headers (docs/protocol.md §1.6)
             self.send_text(200, "HTTP 200 OK")
             return
-        fault = self.fault
-        count_limit = props.batch_count or 0
-        size_limit = props.batch_size or 0
-        duration_ms = props.batch_duration_ms or 0
-        default_duration = count_limit == 0 and size_limit == 0 and duration_ms == 0
-        sent: list[FlowFile] = [first]
-        tx.flowfiles = sent
         encoder = PacketStreamEncoder(props.compress)
-        started = time.monotonic()
-        sent_bytes = 0
         try:
             headers = self.common_headers(version)
             headers["Transfer-Encoding"] = "chunked"
             self._start(202, "application/octet-stream", headers)
             self.end_headers()
             out = ChunkedWriter(self.wfile, self.connection)
-            batch = sent[:]
+            batch = download.next_batch()
             while batch:
                 _write_flowfiles(out, encoder, batch)
-                sent_bytes += sum(ff.size for ff in batch)
                 if fault is not None and encoder.packets == fault.after_packets:
                     if fault.kind == "drop_mid_body":
                         out.flush()
@@ -908,32 +764,10 @@ class S2SHandler(BaseHTTPRequestHandler):
                     if fault.kind == "stall":
                         out.flush()
                         time.sleep(fault.seconds)
-                elapsed_ms = (time.monotonic() - started) * 1000.0
-                poll = True
-                if duration_ms > 0 and elapsed_ms >= duration_ms:
-                    poll = False
-                if size_limit > 0 and sent_bytes >= size_limit:
-                    poll = False
-                if count_limit > 0 and len(sent) >= count_limit:
-                    poll = False
-                if default_duration:
-                    poll = elapsed_ms < 5000.0
-                batch = []
-                if poll:
-                    # FlowFiles are taken in batches (one lock, one write per run of wire-form
-                    # packets); one at a time while a fault counts packets
-                    limit = 1 if fault is not None else DOWNLOAD_BATCH
-                    if count_limit > 0:
-                        limit = min(limit, count_limit - len(sent))
-                    max_bytes = DOWNLOAD_BATCH_BYTES
-                    if size_limit > 0:
-                        max_bytes = min(max_bytes, size_limit - sent_bytes)
-                    with cluster.lock:
-                        batch = port.pop_many(limit, max_bytes)
-                    sent.extend(batch)
+                batch = download.next_batch()
             out.flush()  # every packet is out; only the end of the body is not
         except BaseException:
-            cluster.fail(tx, "download connection broke", sent)
+            download.fail("download connection broke")
             self.close_connection = True
             raise
         checksum = encoder.checksum
@@ -942,16 +776,11 @@ class S2SHandler(BaseHTTPRequestHandler):
         # hold the transaction before the body ends: a client sends its commit the moment it
         # reads the last chunk (NiFi holds it inside the streaming write, too); held after the
         # end, that commit could find the transaction still TRANSFERRING and get a 500
-        try:
-            cluster.end_transfer(tx, sent, checksum)
-        except TransactionStateError:
-            cluster.fail(tx, "transaction ended during the download", sent)
+        download.finish(checksum)
         try:
             out.close()
         except BaseException:
-            with cluster.lock:
-                if tx.held:  # not committed meanwhile: the client cannot have read the end
-                    cluster.fail(tx, "download connection broke", sent)
+            download.fail_if_held("download connection broke")  # the client cannot have read the end
             self.close_connection = True
             raise
 
@@ -999,23 +828,15 @@ class S2SHandler(BaseHTTPRequestHandler):
                 f"Transaction {tx.id} is {tx.state.name}; nothing to commit.", transaction=tx.id
             )
         if direction is Direction.RECEIVE:
-            client = (query.get("checksum") or [""])[0]
-            if client != str(tx.checksum):
-                server_crc = tx.checksum
-                cluster.bad_checksum(tx)
+            try:
+                count = core.confirm_receive(self.app, tx, (query.get("checksum") or [""])[0])
+            except ChecksumMismatch as exc:
                 self.send_result(
                     400,
-                    TransactionResult(
-                        0,
-                        ResponseCode.BAD_CHECKSUM,
-                        f"Received a BadChecksum response: client calculated CRC32 Checksum as "
-                        f"{client or '(none)'}, but server calculated CRC32 Checksum as "
-                        f"{server_crc}. Transaction has been rolled back.",
-                    ),
+                    TransactionResult(0, ResponseCode.BAD_CHECKSUM, exc.message),
                     {"Cache-Control": NO_CACHE},
                 )
                 return
-            count = cluster.commit_receive(tx)
             self.send_result(
                 200,
                 TransactionResult(count, ResponseCode.CONFIRM_TRANSACTION),
@@ -1030,8 +851,7 @@ class S2SHandler(BaseHTTPRequestHandler):
                 {"Cache-Control": NO_CACHE},
             )
             return
-        cluster.prepare_durable(tx.node, tx.flowfiles)  # big contents hit the disk outside the lock
-        count, full = cluster.commit_send(tx)
+        count, full = core.commit_send(self.app, tx)
         result = (
             ResponseCode.TRANSACTION_FINISHED_BUT_DESTINATION_FULL
             if full

@@ -17,17 +17,23 @@ from typing import Any
 from pyspark_s2s.errors import ProtocolError
 from pyspark_s2s.protocol.negotiation import parse_java_integer
 
-__all__ = ["DRAIN_LIMIT", "READ_SIZE", "UPLOAD_READ_SIZE", "WRITE_BUFFER", "ChunkedWriter", "RequestBody"]
+__all__ = ["DRAIN_LIMIT", "MAX_CHUNK_SIZE", "READ_SIZE", "UPLOAD_READ_SIZE", "WRITE_BUFFER", "ChunkedWriter", "RequestBody"]
 
 READ_SIZE = 64 * 1024
 #: upload bodies are read in pieces this large (fewer, larger bulk decodes of small packets)
 UPLOAD_READ_SIZE = 256 * 1024
 WRITE_BUFFER = 64 * 1024
 DRAIN_LIMIT = 1 << 30
+#: a larger chunk size is refused with 413, as Jetty's HttpParser refuses a chunk length beyond
+#: its MAX_CHUNK_LENGTH (about Integer.MAX_VALUE) with 413 Payload Too Large
+MAX_CHUNK_SIZE = 2**31 - 1
 
 
 class RequestBody:
-    """A request body read in bounded pieces: Content-Length or ``Transfer-Encoding: chunked``."""
+    """A request body read in bounded pieces: Content-Length or ``Transfer-Encoding: chunked``.
+
+    How long a read may wait is the socket's business (the server sets its idle timeout on every
+    connection): a body that makes no progress raises :class:`TimeoutError` from :meth:`read`."""
 
     def __init__(self, rfile: Any, headers: Any) -> None:
         self._rfile = rfile
@@ -89,6 +95,10 @@ class RequestBody:
                 raise ProtocolError(f"invalid chunk size {line[:20]!r}") from None
             if size < 0:
                 raise ProtocolError("negative chunk size")
+            if size > MAX_CHUNK_SIZE:
+                raise ProtocolError(
+                    f"chunk size {size} is larger than {MAX_CHUNK_SIZE} bytes", http_status=413
+                )
             if size == 0:
                 while self._line() not in (b"\r\n", b"\n"):
                     pass  # trailer fields are ignored

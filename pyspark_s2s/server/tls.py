@@ -205,15 +205,20 @@ def _generate(root: Path) -> None:
     logger.info("generated TLS material in %s", root)
 
 
-def server_context(material: TlsMaterial) -> ssl.SSLContext:
+def server_context(material: TlsMaterial, *, client_cert_required: bool = False) -> ssl.SSLContext:
     """HTTPS context: server certificate, client certificates optional at the TLS layer (so a
-    client without one gets NiFi's HTTP 401 answer, not a handshake failure)."""
+    client without one gets NiFi's HTTP 401 answer, not a handshake failure). With
+    ``client_cert_required`` (the RAW listener, NiFi's ``needClientAuth=true``) a client without
+    a certificate fails the TLS handshake."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(str(material.server_cert), str(material.server_key))
     ctx.load_verify_locations(cafile=str(material.ca))
-    ctx.verify_mode = ssl.CERT_OPTIONAL
-    ctx.set_alpn_protocols(["http/1.1"])
+    if client_cert_required:
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    else:
+        ctx.verify_mode = ssl.CERT_OPTIONAL
+        ctx.set_alpn_protocols(["http/1.1"])
     return ctx
 
 

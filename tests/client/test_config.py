@@ -68,7 +68,7 @@ def test_sizes(text, size):
     ({"keystoreFilename": "a.p12"}, "keystorePassword"),
     ({"keystoreType": "PKCS12"}, "keystoreFilename"),
     ({"truststoreType": "PEM"}, "truststoreFilename"),
-    ({"transportProtocol": "RAW"}, "transportProtocol"),
+    ({"transportProtocol": "SOCKET"}, "transportProtocol"),
     ({"peerAddressMap": "a:1=b"}, "peerAddressMap"),
     ({"portName": "a", "portIdentifier": "b"}, "portIdentifier"),
     ({"url": "ftp://x"}, "url"),

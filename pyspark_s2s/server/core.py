@@ -1,0 +1,562 @@
+"""The transport-neutral core of the reference server: every Site-to-Site rule that HTTP and RAW share.
+
+Owns: the handshake's port checks (known, direction, port policy, running, destination full) in
+NiFi's order, finding a live transaction, uploads (packets in -> FlowFiles with the server's
+attributes, the running CRC), downloads (which FlowFiles leave, in what batches: count, size,
+duration, NiFi's 5 s default), the commit decisions (confirm, cancel, bad checksum, back-pressure)
+and what the site details and the peer list say about the cluster. NiFi keeps the same rules once,
+in ``AbstractFlowFileServerProtocol``, with a socket and an HTTP subclass adding only what their
+transport needs; here :mod:`pyspark_s2s.server.http` and :mod:`pyspark_s2s.server.raw` are those
+adapters: they turn bytes into calls of this module and its answers into bytes, and decide nothing
+about ports, transactions or queues themselves.
+
+Must not import: ``pyspark_s2s.client``, third-party packages, sockets or anything that does I/O
+(the state it changes lives in :mod:`pyspark_s2s.server.model`; this module holds no lock of its
+own and never touches a socket). Faults are applied by the adapters.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pyspark_s2s.errors import (
+    ChecksumMismatch,
+    ProtocolError,
+    TransactionNotFoundError,
+    TransactionStateError,
+    UnauthorizedError,
+)
+from pyspark_s2s.protocol.codec import (
+    NEED_DATA,
+    ContentChunk,
+    DataPacket,
+    DecoderEvent,
+    PacketEnd,
+    PacketRun,
+    PacketStart,
+    decode_packets,
+)
+from pyspark_s2s.protocol.codes import Direction, ResponseCode
+from pyspark_s2s.protocol.negotiation import HandshakeProperties
+from pyspark_s2s.protocol.stream import PacketStreamDecoder
+from pyspark_s2s.protocol.transaction import ServerState
+from pyspark_s2s.server.model import (
+    Cluster,
+    Content,
+    ContentWriter,
+    FlowFile,
+    Node,
+    Port,
+    Transaction,
+    server_attributes,
+    wire_flowfiles,
+)
+from pyspark_s2s.server.tls import AccessPolicy
+
+__all__ = [
+    "DEFAULT_BATCH_MS",
+    "DOWNLOAD_BATCH",
+    "DOWNLOAD_BATCH_BYTES",
+    "NOT_FOUND_TX",
+    "UPLOAD_INLINE_LIMIT",
+    "CoreApp",
+    "Download",
+    "NoFlowFilesSent",
+    "PeerEntry",
+    "Requester",
+    "StreamUpload",
+    "Upload",
+    "check_handshake",
+    "check_receive_checksum",
+    "commit_receive",
+    "commit_send",
+    "confirm_receive",
+    "create_transaction",
+    "find_transaction",
+    "peer_entries",
+    "ready_for_transfer",
+    "site_details",
+]
+
+#: a download takes up to this many FlowFiles / bytes from the queue at once
+DOWNLOAD_BATCH = 4096
+DOWNLOAD_BATCH_BYTES = 1 << 20
+#: content above this streams into its ContentWriter instead of the decoder's buffer
+UPLOAD_INLINE_LIMIT = 64 * 1024
+#: NiFi sends for this long when a receive names no batch limit (docs/protocol.md §7)
+DEFAULT_BATCH_MS = 5000.0
+NOT_FOUND_TX = "Transaction was not found."
+
+
+class CoreApp(Protocol):
+    """What the core needs of the running server (:class:`~pyspark_s2s.server.app.ServerApp`)."""
+
+    cluster: Cluster
+    policy: AccessPolicy
+    root_group_id: str
+    instance_id: str
+
+    @property
+    def secure(self) -> bool: ...
+
+    def raw_port(self, node: Node) -> int | None: ...
+
+
+@dataclass(frozen=True)
+class Requester:
+    """Who asks, over either transport: the node that serves the connection, the peer's address
+    and, on a secure server, the DN of its certificate (None without one)."""
+
+    node: Node
+    host: str
+    port: int
+    dn: str | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+class NoFlowFilesSent(ProtocolError):
+    """An upload ended without a single packet (NiFi: "There was no flow file sent")."""
+
+
+# -- handshake ---------------------------------------------------------------------------------
+
+
+def check_handshake(
+    app: CoreApp,
+    who: Requester,
+    port_id: str,
+    direction: Direction | None,
+    deferred: ProtocolError | None = None,
+) -> Port:
+    """NiFi's handshake checks of a port (docs/protocol.md §8): unknown (or, when ``direction`` is
+    given, of the other kind) -> :class:`UnknownPortError`; on a secure server, a DN the port's
+    policy does not allow -> :class:`UnauthorizedError`; stopped -> :class:`PortNotRunningError`;
+    an input port whose destination is full -> :class:`PortDestinationFullError`. ``deferred``, an
+    error of the numeric properties found earlier, is raised only after the port checks passed, as
+    NiFi checks the port first. RAW names no direction at its handshake (it is checked when the
+    connection asks to send or receive)."""
+    node = who.node
+    port = node.port_by_id(port_id)
+    if direction is None and port is not None:
+        direction = port.direction
+    if (
+        port is not None
+        and port.direction is direction
+        and app.secure
+        and not app.policy.may_use(who.dn, port.name)
+    ):
+        raise UnauthorizedError(f"Client is not authorized to use port {port.name}.", port=port.name)
+    assert direction is not None or port is None
+    cluster = app.cluster
+    with cluster.lock:
+        port = cluster.check_port(node, port_id, direction if direction is not None else Direction.SEND)
+    if deferred is not None:
+        raise deferred
+    return port
+
+
+def framework_denial(app: CoreApp, dn: str | None) -> int | None:
+    """NiFi's framework authorization (§10) on a secure server: 401 without a certificate, 403 for
+    a DN no policy knows, None when allowed (always on a plain server)."""
+    if not app.secure:
+        return None
+    if dn is None:
+        return 401
+    if not app.policy.known(dn):
+        return 403
+    return None
+
+
+# -- transactions ------------------------------------------------------------------------------
+
+
+def create_transaction(app: CoreApp, who: Requester, port: Port, props: HandshakeProperties) -> Transaction:
+    """A new transaction of ``port`` on the requester's node (listed by the admin API)."""
+    return app.cluster.create_transaction(who.node, port, props, who.address)
+
+
+def find_transaction(app: CoreApp, who: Requester, direction: Direction, port_id: str, tx_id: str) -> Transaction:
+    """The live transaction ``tx_id`` of the requester's node for ``port_id`` and ``direction``;
+    unknown, expired (rolled back on the way) or of another port -> :class:`TransactionNotFoundError`."""
+    tx = app.cluster.active_transaction(who.node, tx_id)
+    if tx.direction is not direction or tx.port.id != port_id:
+        # NiFi keys transactions by id only; being stricter costs nothing and catches clients
+        # that mix up transaction URLs
+        raise TransactionNotFoundError(NOT_FOUND_TX, transaction=tx_id)
+    return tx
+
+
+def ready_for_transfer(tx: Transaction) -> None:
+    """A transaction's data moves once: refuse a second upload or download."""
+    if tx.state is not ServerState.CREATED:
+        raise TransactionStateError(
+            f"Transaction {tx.id} is {tx.state.name}; its data was already transferred.",
+            transaction=tx.id,
+        )
+
+
+def check_receive_checksum(app: CoreApp, tx: Transaction, client_checksum: str) -> None:
+    """The client's CRC of a download against the server's: different -> the transaction is
+    rolled back (FlowFiles back at the head of the queue, in order) and :class:`ChecksumMismatch`
+    says both values."""
+    if not tx.held:
+        raise TransactionStateError(f"Transaction {tx.id} is {tx.state.name}; nothing to commit.", transaction=tx.id)
+    if client_checksum != str(tx.checksum):
+        server_crc = tx.checksum
+        app.cluster.bad_checksum(tx)
+        raise ChecksumMismatch(
+            f"Received a BadChecksum response: client calculated CRC32 Checksum as "
+            f"{client_checksum or '(none)'}, but server calculated CRC32 Checksum as "
+            f"{server_crc}. Transaction has been rolled back.",
+            transaction=tx.id,
+            response_code=ResponseCode.BAD_CHECKSUM,
+        )
+
+
+def commit_receive(app: CoreApp, tx: Transaction) -> int:
+    """The client confirmed a download: its FlowFiles leave the queue; returns their count."""
+    if not tx.held:
+        raise TransactionStateError(f"Transaction {tx.id} is {tx.state.name}; nothing to commit.", transaction=tx.id)
+    return app.cluster.commit_receive(tx)
+
+
+def confirm_receive(app: CoreApp, tx: Transaction, client_checksum: str) -> int:
+    """HTTP's one-step confirmation of a download: :func:`check_receive_checksum`, then
+    :func:`commit_receive` (RAW takes the two steps apart: CONFIRM, then TRANSACTION_FINISHED)."""
+    check_receive_checksum(app, tx, client_checksum)
+    return commit_receive(app, tx)
+
+
+def commit_send(app: CoreApp, tx: Transaction) -> tuple[int, bool]:
+    """The client confirms an upload: its FlowFiles are queued on the port's destination (durably
+    first with ``--data-dir``). Returns (count, destination full afterwards): full is answered
+    TRANSACTION_FINISHED_BUT_DESTINATION_FULL (14), as NiFi does."""
+    if not tx.held:
+        raise TransactionStateError(f"Transaction {tx.id} is {tx.state.name}; nothing to commit.", transaction=tx.id)
+    cluster = app.cluster
+    cluster.prepare_durable(tx.node, tx.flowfiles)  # big contents hit the disk outside the lock
+    return cluster.commit_send(tx)
+
+
+# -- uploads -----------------------------------------------------------------------------------
+
+
+class Upload:
+    """The packets of one send transaction becoming FlowFiles, fed as decoder events (a RAW
+    connection) or bulk runs of small packets. :meth:`finish` holds the transaction with its
+    FlowFiles and checksum; :meth:`fail` rolls it back (nothing of it is queued)."""
+
+    def __init__(self, app: CoreApp, tx: Transaction, who: Requester) -> None:
+        ready_for_transfer(tx)
+        self.app = app
+        self.tx = tx
+        self.host = who.host
+        self.address = who.address
+        self.received: list[FlowFile] = []
+        self._writer: ContentWriter | None = None
+        self._attrs: dict[str, str] = {}
+        self._done = False
+        app.cluster.begin_transfer(tx)
+
+    def run(self, run: PacketRun) -> None:
+        """A run of whole small packets, kept in wire form where possible (model.wire_flowfiles)."""
+        flowfiles: list[Any] | None = wire_flowfiles(run, self.host, self.address)
+        if flowfiles is None:
+            flowfiles = [
+                FlowFile(server_attributes(p.attributes, self.host, self.address), Content.of(p.content))
+                for p in decode_packets(run.data)
+            ]
+        self.received.extend(flowfiles)
+
+    def event(self, ev: DecoderEvent) -> None:
+        """One decoder event: a whole packet, or the start, a piece and the end of a large one."""
+        if isinstance(ev, DataPacket):
+            self.received.append(
+                FlowFile(server_attributes(ev.attributes, self.host, self.address), Content.of(ev.content))
+            )
+        elif isinstance(ev, PacketStart):
+            self._writer = ContentWriter()
+            self._attrs = ev.attributes
+        elif isinstance(ev, ContentChunk):
+            assert self._writer is not None
+            self._writer.write(ev.data)
+        elif isinstance(ev, PacketEnd):
+            assert self._writer is not None
+            self.received.append(
+                FlowFile(server_attributes(self._attrs, self.host, self.address), self._writer.finish())
+            )
+            self._writer = None
+
+    @property
+    def in_packet(self) -> bool:
+        return self._writer is not None
+
+    def fail(self, reason: str) -> None:
+        """The upload broke (bad bytes, a dropped or stalled connection): roll it back."""
+        if self._done:
+            return
+        self._done = True
+        if self._writer is not None:
+            self._writer.discard()
+            self._writer = None
+        self.app.cluster.fail(self.tx, reason, self.received)
+
+    def cancel(self) -> None:
+        """The client canceled the transaction between packets (RAW CANCEL_TRANSACTION): rolled
+        back, outcome ``canceled``."""
+        if self._done:
+            return
+        self._done = True
+        if self._writer is not None:
+            self._writer.discard()
+            self._writer = None
+        cluster = self.app.cluster
+        with cluster.lock:
+            self.tx.flowfiles = self.received
+            cluster.cancel(self.tx)
+
+    def finish(self, checksum: int) -> int:
+        """Every packet arrived: hold the transaction for the client's confirmation. No packet at
+        all -> :class:`NoFlowFilesSent` (rolled back); a transaction that ended meanwhile (admin
+        reset, node stopped) -> :class:`TransactionNotFoundError`."""
+        if self._done:
+            raise TransactionStateError(f"Transaction {self.tx.id} is over.", transaction=self.tx.id)
+        if not self.received:
+            self.fail("no flow file sent")
+            raise NoFlowFilesSent(
+                "Client should send request when there is data to send. There was no flow file sent.",
+                transaction=self.tx.id,
+            )
+        try:
+            self.app.cluster.end_transfer(self.tx, self.received, checksum)
+        except TransactionStateError:
+            self.fail("transaction ended during the upload")
+            raise TransactionNotFoundError(NOT_FOUND_TX, transaction=self.tx.id) from None
+        self._done = True
+        return checksum
+
+
+class StreamUpload(Upload):
+    """An upload whose packets arrive as one byte stream (the HTTP body): fed in pieces of any
+    size, decoded incrementally, small packets in bulk runs unless ``bulk`` is false."""
+
+    def __init__(self, app: CoreApp, tx: Transaction, who: Requester, props: HandshakeProperties, *, bulk: bool) -> None:
+        super().__init__(app, tx, who)
+        self.decoder = PacketStreamDecoder(
+            props.compress, strict_frames=True, inline_content_limit=UPLOAD_INLINE_LIMIT
+        )
+        self._packets = self.decoder.packets_decoder
+        self._next_run: Callable[[], PacketRun | None] | None = (
+            self._packets.next_run if bulk and not props.compress else None
+        )
+
+    @property
+    def in_content(self) -> bool:
+        return self._packets.in_content
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """More body bytes; raises :class:`ProtocolError` on bytes that are no packet stream."""
+        self.decoder.feed(data)
+        self._pump()
+
+    def _pump(self) -> None:
+        next_run = self._next_run
+        decoder = self.decoder
+        while True:
+            if next_run is not None:
+                run = next_run()
+                if run is not None:
+                    self.run(run)
+                    continue
+            ev = decoder.next_event()
+            if ev is NEED_DATA:
+                return
+            self.event(ev)
+
+    def end(self) -> int:
+        """The body ended: the last packet must be complete. Holds the transaction (:meth:`finish`)."""
+        self.decoder.end_of_stream()
+        self._pump()
+        return self.finish(self.decoder.checksum)
+
+
+# -- downloads ---------------------------------------------------------------------------------
+
+
+class Download:
+    """Which FlowFiles one receive transaction takes, batch by batch, under the client's batch
+    limits (count, bytes, duration; none given: NiFi's 5 s of sending); every FlowFile taken is
+    part of the transaction (rolled back to the head of its queue by :meth:`fail`)."""
+
+    def __init__(
+        self,
+        app: CoreApp,
+        tx: Transaction,
+        port: Port,
+        props: HandshakeProperties,
+        *,
+        one_at_a_time: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        ready_for_transfer(tx)
+        self.app = app
+        self.tx = tx
+        self.port = port
+        self.count_limit = props.batch_count or 0
+        self.size_limit = props.batch_size or 0
+        self.duration_ms = props.batch_duration_ms or 0
+        # as before the core was split out: only when no limit was named at all (negative values
+        # are kept, and like 0 they limit nothing)
+        self.default_duration = self.count_limit == 0 and self.size_limit == 0 and self.duration_ms == 0
+        self.one_at_a_time = one_at_a_time
+        self.clock = clock
+        self.sent: list[FlowFile] = []
+        self.sent_bytes = 0
+        self.started = 0.0
+        self._done = False
+
+    def start(self, *, end_if_empty: bool = False) -> bool:
+        """Begin the transfer: False when the port has nothing. The transaction then goes back to
+        CREATED (HTTP: NiFi keeps it until the TTL, its client sends no DELETE) or, with
+        ``end_if_empty``, is over at once (RAW: NO_MORE_DATA ends it; outcome ``no_data``)."""
+        cluster = self.app.cluster
+        with cluster.lock:
+            cluster.begin_transfer(self.tx)
+            first = self.port.pop()
+            if first is None:
+                cluster.no_data(self.tx)
+                if end_if_empty:
+                    cluster.cancel(self.tx)
+                    self.tx.outcome = "no_data"
+                    self.tx.result_code = int(ResponseCode.NO_MORE_DATA)
+                self._done = True
+                return False
+        self.sent.append(first)
+        self.tx.flowfiles = self.sent
+        self.started = self.clock()
+        self._first: list[FlowFile] | None = [first]
+        return True
+
+    def next_batch(self) -> list[FlowFile]:
+        """The next FlowFiles to send (the first call: the one :meth:`start` took); empty once a
+        limit is reached or the queue is empty. Limits are checked after what was sent, so a
+        transaction moves at least one FlowFile, as NiFi's does."""
+        if self._first is not None:
+            batch, self._first = self._first, None
+            self.sent_bytes += sum(ff.size for ff in batch)
+            return batch
+        elapsed_ms = (self.clock() - self.started) * 1000.0
+        sent = self.sent
+        if self.default_duration:
+            if elapsed_ms >= DEFAULT_BATCH_MS:
+                return []
+        elif (
+            (self.duration_ms > 0 and elapsed_ms >= self.duration_ms)
+            or (self.size_limit > 0 and self.sent_bytes >= self.size_limit)
+            or (self.count_limit > 0 and len(sent) >= self.count_limit)
+        ):
+            return []
+        limit = 1 if self.one_at_a_time else DOWNLOAD_BATCH
+        if self.count_limit > 0:
+            limit = min(limit, self.count_limit - len(sent))
+        max_bytes = DOWNLOAD_BATCH_BYTES
+        if self.size_limit > 0:
+            max_bytes = min(max_bytes, self.size_limit - self.sent_bytes)
+        with self.app.cluster.lock:
+            batch = self.port.pop_many(limit, max_bytes)
+        sent.extend(batch)
+        self.sent_bytes += sum(ff.size for ff in batch)
+        return batch
+
+    def finish(self, checksum: int) -> None:
+        """Every packet is out: hold the transaction for the client's confirmation (before the
+        client can have read the end, so its confirmation never finds it still transferring)."""
+        self._done = True
+        try:
+            self.app.cluster.end_transfer(self.tx, self.sent, checksum)
+        except TransactionStateError:
+            self.app.cluster.fail(self.tx, "transaction ended during the download", self.sent)
+
+    def fail(self, reason: str) -> None:
+        """The download broke: its FlowFiles go back to the head of the queue."""
+        self._done = True
+        self.app.cluster.fail(self.tx, reason, self.sent)
+
+    def fail_if_held(self, reason: str) -> None:
+        """The end of the answer did not reach the client: roll back unless it committed meanwhile."""
+        cluster = self.app.cluster
+        with cluster.lock:
+            if self.tx.held:
+                cluster.fail(self.tx, reason, self.sent)
+
+
+# -- what the cluster says about itself --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PeerEntry:
+    """One node in a peer list: HTTP port, RAW port (None without ``--raw-port``), queued count."""
+
+    host: str
+    http_port: int
+    raw_port: int | None
+    secure: bool
+    flow_files: int
+
+
+def peer_entries(app: CoreApp) -> list[PeerEntry]:
+    """The live nodes with their queued FlowFile counts (NiFi's weights, docs/protocol.md §9)."""
+    with app.cluster.lock:
+        return [
+            PeerEntry(n.host, n.port_number, app.raw_port(n), app.secure, n.queued())
+            for n in app.cluster.live_nodes()
+        ]
+
+
+def site_details(app: CoreApp, who: Requester) -> dict[str, Any]:
+    """The ``controller`` object of ``GET /site-to-site`` (docs/protocol.md §1.2): the ports the
+    requester may see (all on a plain server), the RAW port when there is one, TLS."""
+    node = who.node
+
+    def visible(port: Port) -> bool:
+        return not app.secure or app.policy.may_use(who.dn, port.name)
+
+    def dto(port: Port) -> dict[str, Any]:
+        return {"id": port.id, "name": port.name, "state": port.state}
+
+    ports = list(node.ports.values())
+    inputs = [dto(p) for p in ports if p.kind == "input" and visible(p)]
+    outputs = [dto(p) for p in ports if p.kind == "output" and visible(p)]
+    running = sum(1 for p in ports if p.running)
+    controller: dict[str, Any] = {
+        "id": app.root_group_id,
+        "name": "pyspark-s2s reference server",
+        "comments": "",
+        "runningCount": running,
+        "stoppedCount": len(ports) - running,
+        "invalidCount": 0,
+        "disabledCount": 0,
+        "activeRemotePortCount": 0,
+        "inactiveRemotePortCount": 0,
+        "inputPortCount": len(inputs),
+        "outputPortCount": len(outputs),
+    }
+    raw = app.raw_port(node)
+    if raw is not None:
+        # NiFi omits null fields: no RAW listener, no remoteSiteListeningPort
+        controller["remoteSiteListeningPort"] = raw
+    controller.update(
+        {
+            "siteToSiteSecure": app.secure,
+            "instanceId": app.instance_id,
+            "inputPorts": inputs,
+            "outputPorts": outputs,
+        }
+    )
+    return controller

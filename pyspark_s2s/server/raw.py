@@ -1,0 +1,507 @@
+"""The RAW socket Site-to-Site listener of the reference server (``s2s serve --raw-port``).
+
+Owns: one TCP (or TLS, client certificate required) listener per node, a thread per connection,
+and the RAW conversation as NiFi's ``SocketRemoteSiteListener`` and ``SocketFlowFileServerProtocol``
+hold it (docs/protocol.md §13): magic, protocol and codec negotiation, the handshake and its
+refusal codes, the request loop (peer list, send, receive, shutdown), the CONTINUE / FINISH /
+CONFIRM exchanges, the time-outs of a connection, and applying injected faults. Bytes are read and
+written with :mod:`pyspark_s2s.protocol.raw`; every decision about ports, transactions and queues
+is :mod:`pyspark_s2s.server.core`'s, the same as over HTTP.
+
+Must not import: ``pyspark_s2s.client``, third-party packages.
+
+Time-outs (no read waits forever): a message other than packets (magic, negotiation, handshake,
+a request name, a response code) must be complete within ``idle_timeout`` seconds of its start
+(between requests and while waiting for the client's confirmation: twice the client's
+REQUEST_EXPIRATION_MILLIS, as NiFi closes after two read time-outs of that length, but at least
+``idle_timeout`` and at most twice it); inside a packet section every read must make
+progress within ``idle_timeout``. A connection that breaks one of them is closed and its
+transaction rolled back.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import socketserver
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+from pyspark_s2s.errors import (
+    ChecksumMismatch,
+    PortDestinationFullError,
+    PortNotRunningError,
+    ProtocolError,
+    S2SError,
+    UnauthorizedError,
+    UnknownPortError,
+)
+from pyspark_s2s.protocol import raw
+from pyspark_s2s.protocol.codec import NeedData
+from pyspark_s2s.protocol.codes import Direction, ResponseCode
+from pyspark_s2s.protocol.negotiation import HandshakeProperties
+from pyspark_s2s.protocol.peers import PeerStatus
+from pyspark_s2s.server import core
+from pyspark_s2s.server.faults import Fault, FaultRegistry
+from pyspark_s2s.server.model import FlowFile, Node, Port, WireFlowFile
+from pyspark_s2s.server.tls import peer_dn
+
+__all__ = ["FAULT_METHOD", "RawApp", "RawConnection", "RawNodeServer"]
+
+logger = logging.getLogger(__name__)
+
+#: what RAW requests are matched as by injected faults (method); the path is ``<REQUEST> <port id>``
+FAULT_METHOD = "RAW"
+READ_SIZE = 256 * 1024
+#: reads between packets: the RAW reader hands what follows each packet back to its own buffer,
+#: so a smaller read costs less per small packet (measured: 20,000 packets of 100 B took half
+#: the time with 16 KiB reads); content that streams is read in READ_SIZE pieces
+PACKET_READ_SIZE = 16 * 1024
+#: outgoing bytes are gathered up to this much before a send
+SEND_BUFFER = 256 * 1024
+#: pieces below this size are copied together before a send; larger ones are sent as they are
+_SMALL_PIECE = 16 * 1024
+#: pieces gathered by one sendmsg call (below Linux's IOV_MAX of 1024)
+_IOV_MAX = 512
+_NO_PORT = "Cannot transfer FlowFiles because no port was specified"
+
+_T = TypeVar("_T")
+
+
+class RawApp(core.CoreApp, Protocol):
+    """What the listener needs of the running server (:class:`~pyspark_s2s.server.app.ServerApp`)."""
+
+    faults: FaultRegistry
+
+
+class _Close(Exception):
+    """Internal: end the connection now (NiFi closes without a further byte)."""
+
+
+class RawNodeServer(socketserver.ThreadingTCPServer):
+    """The RAW listener of one node; TLS handshakes run in the connection's own thread."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        app: RawApp,
+        node: Node,
+        ssl_context: ssl.SSLContext | None,
+        idle_timeout: float,
+    ) -> None:
+        self.app = app
+        self.node = node
+        self.ssl_context = ssl_context
+        self.idle_timeout = idle_timeout
+        self._conns: set[socket.socket] = set()
+        self._conns_lock = threading.Lock()
+        super().__init__(address, socketserver.BaseRequestHandler)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        try:
+            request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            logger.debug("TCP_NODELAY not available", exc_info=True)
+        request.settimeout(self.idle_timeout)
+        conn = request
+        if self.ssl_context is not None:
+            try:
+                conn = self.ssl_context.wrap_socket(request, server_side=True)
+            except (ssl.SSLError, OSError) as exc:
+                # NiFi requires a client certificate: no certificate, no Site-to-Site byte
+                logger.debug("node %d RAW: TLS handshake with %s failed: %s", self.node.index, client_address, exc)
+                return
+        with self._conns_lock:
+            self._conns.add(conn)
+        try:
+            RawConnection(self, conn, client_address).serve()
+        finally:
+            with self._conns_lock:
+                self._conns.discard(conn)
+            if conn is not request:
+                try:
+                    conn.close()
+                except OSError:
+                    logger.debug("closing a TLS connection failed", exc_info=True)
+
+    def close_connections(self) -> None:
+        """Shut down every open connection (a stopped node drops everything)."""
+        with self._conns_lock:
+            conns = list(self._conns)
+        for conn in conns:
+            try:
+                socket.socket.shutdown(conn, socket.SHUT_RDWR)
+            except OSError:
+                logger.debug("shutdown of a RAW connection failed", exc_info=True)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        logger.debug("node %d RAW: error serving %s", self.node.index, client_address, exc_info=True)  # noqa: LOG014
+
+
+class RawConnection:
+    """One RAW connection, from the magic bytes to SHUTDOWN or a close."""
+
+    def __init__(self, server: RawNodeServer, sock: socket.socket, address: Any) -> None:
+        self.server = server
+        self.app = server.app
+        self.node = server.node
+        self.sock = sock
+        self.idle_timeout = server.idle_timeout
+        self.reader = raw.RawReader()
+        self.version = 0
+        self.handshake: raw.RawHandshake | None = None
+        self.codec = False
+        #: what waits to be sent: large pieces as they are, runs of small ones gathered in _small
+        self._out: list[bytes | bytearray | memoryview] = []
+        self._small = bytearray()
+        self._out_size = 0
+        #: bytes received on this connection so far (faults count them)
+        self.bytes_in = 0
+        dn = None
+        if isinstance(sock, ssl.SSLSocket):
+            try:
+                dn = peer_dn(sock.getpeercert())
+            except ValueError:
+                dn = None
+        self.who = core.Requester(self.node, str(address[0]), int(address[1]), dn)
+
+    # -- bytes ---------------------------------------------------------------------------------
+    def _read(self, read: Callable[[], _T | NeedData], within: float) -> _T:
+        """One message: ``read`` until it returns one; the whole message must arrive ``within``
+        seconds (a peer that trickles it is closed, as a silent one is)."""
+        deadline = time.monotonic() + within
+        while True:
+            value = read()
+            if not isinstance(value, NeedData):
+                return value
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no complete message within {within:g} s")
+            self._receive(left)
+
+    def _receive(self, timeout: float, size: int = READ_SIZE) -> None:
+        self.sock.settimeout(timeout)
+        data = self.sock.recv(size)
+        if data:
+            self.bytes_in += len(data)
+            self.reader.feed(data)
+        else:
+            self.reader.end_of_stream()
+
+    def _send(self, data: bytes | bytearray | memoryview, *, flush: bool = True) -> None:
+        if data:
+            if len(data) < _SMALL_PIECE:
+                self._small += data
+            else:
+                if self._small:
+                    self._out.append(self._small)
+                    self._small = bytearray()
+                self._out.append(data)
+            self._out_size += len(data)
+        if flush or self._out_size >= SEND_BUFFER:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._small:
+            self._out.append(self._small)
+            self._small = bytearray()
+        if not self._out:
+            return
+        self.sock.settimeout(self.idle_timeout)
+        out, self._out, self._out_size = self._out, [], 0
+        if type(self.sock) is socket.socket:
+            views = [memoryview(p) for p in out]
+            while views:
+                # at most IOV_MAX (1024 on Linux) pieces per call: more fail with EMSGSIZE
+                sent = self.sock.sendmsg(views[:_IOV_MAX])
+                while views and sent >= len(views[0]):
+                    sent -= len(views[0])
+                    views.pop(0)
+                if views and sent:
+                    views[0] = views[0][sent:]
+        else:
+            self.sock.sendall(b"".join(out))
+
+    @property
+    def _between_requests(self) -> float:
+        # NiFi closes after two read time-outs of REQUEST_EXPIRATION_MILLIS; the client names
+        # that value, so it is capped by the server's own setting (a client cannot pin a thread)
+        expiration = self.handshake.request_expiration_ms / 1000.0 if self.handshake else 0.0
+        return max(self.idle_timeout, min(2 * expiration, 2 * self.idle_timeout))
+
+    # -- the conversation ----------------------------------------------------------------------
+    def serve(self) -> None:
+        try:
+            self._read(self.reader.read_magic, self.idle_timeout)
+            self._negotiate()
+            if not self._handshake():
+                return
+            while self._request():
+                pass
+        except _Close:
+            pass
+        except ProtocolError as exc:
+            logger.debug("node %d RAW %s: %s", self.node.index, self.who.address, exc)
+        except (ConnectionError, TimeoutError, ssl.SSLError, OSError) as exc:
+            logger.debug("node %d RAW %s: connection ended: %s", self.node.index, self.who.address, exc)
+        except S2SError as exc:
+            logger.info("node %d RAW %s: closing: %s", self.node.index, self.who.address, exc)
+        except Exception:
+            logger.exception("node %d RAW %s: unexpected error", self.node.index, self.who.address)
+
+    def _negotiate(self) -> None:
+        """Protocol resource negotiation (§13): OK, a lower version offered, or ABORT and close."""
+        while True:
+            proposal = self._read(self.reader.read_resource_proposal, self.idle_timeout)
+            reply = raw.answer_resource_proposal(proposal, raw.PROTOCOL_RESOURCE, raw.PROTOCOL_VERSIONS)
+            self._send(raw.encode_resource_reply(reply))
+            if reply.status is raw.ResourceStatus.RESOURCE_OK:
+                self.version = proposal.version
+                return
+            if reply.status is raw.ResourceStatus.ABORT:
+                raise _Close()
+
+    def _handshake(self) -> bool:
+        """Read and check the handshake; answer one response code. False: the connection ends."""
+        request = self._read(lambda: self.reader.read_handshake_request(self.version), self.idle_timeout)
+        try:
+            hs = raw.parse_handshake(request)
+        except ProtocolError as exc:
+            if exc.response_code is not None:
+                self._send(raw.encode_response(exc.response_code, exc.message))
+            logger.debug("node %d RAW %s: handshake refused: %s", self.node.index, self.who.address, exc)
+            return False
+        self.handshake = hs
+        if hs.port_identifier is not None:
+            try:
+                core.check_handshake(self.app, self.who, hs.port_identifier, None)
+            except UnknownPortError:
+                self._send(raw.encode_response(ResponseCode.UNKNOWN_PORT))
+                return False
+            except UnauthorizedError as exc:
+                self._send(raw.encode_response(ResponseCode.UNAUTHORIZED, exc.message))
+                return True
+            except PortNotRunningError:
+                self._send(raw.encode_response(ResponseCode.PORT_NOT_IN_VALID_STATE, "Port not running"))
+                return True
+            except PortDestinationFullError:
+                if self.version > 1:
+                    self._send(raw.encode_response(ResponseCode.PORTS_DESTINATION_FULL))
+                    return True
+        self._send(raw.encode_response(ResponseCode.PROPERTIES_OK))
+        return True
+
+    def _request(self) -> bool:
+        """One request of the loop; False after SHUTDOWN."""
+        request = self._read(self.reader.read_request, self._between_requests)
+        if request is raw.RequestType.SHUTDOWN:
+            return False
+        if request is raw.RequestType.REQUEST_PEER_LIST:
+            peers = [
+                PeerStatus(p.host, p.raw_port, p.secure, p.flow_files)
+                for p in core.peer_entries(self.app)
+                if p.raw_port is not None
+            ]
+            self._send(raw.encode_peer_list(peers))
+        elif request is raw.RequestType.NEGOTIATE_FLOWFILE_CODEC:
+            self._negotiate_codec()
+        elif request is raw.RequestType.SEND_FLOWFILES:
+            self._receive_flowfiles()
+        elif request is raw.RequestType.RECEIVE_FLOWFILES:
+            self._transfer_flowfiles()
+        return True
+
+    def _negotiate_codec(self) -> None:
+        assert self.handshake is not None
+        if self.handshake.port_identifier is None:
+            # NiFi answers ABORT with this message (and then waits for another proposal; we close)
+            self._send(raw.encode_resource_reply(raw.ResourceReply.abort(), _NO_PORT))
+            raise _Close()
+        proposal = self._read(self.reader.read_resource_proposal, self.idle_timeout)
+        if proposal.name != raw.CODEC_RESOURCE or proposal.version not in raw.CODEC_VERSIONS:
+            # NiFi's RemoteResourceManager throws before answering: the connection just closes
+            raise ProtocolError(f"unknown codec {proposal.name[:80]!r} version {proposal.version}")
+        self._send(raw.encode_resource_reply(raw.ResourceReply.ok()))
+        self.codec = True
+
+    # -- transfers -----------------------------------------------------------------------------
+    def _transfer_port(self, request: raw.RequestType, direction: Direction) -> tuple[Port, Fault | None]:
+        """The port of a SEND/RECEIVE request, checked again (stopped since the handshake, of the
+        other kind, no longer allowed): any failure closes the connection without a code, as in
+        NiFi. Back-pressure was the handshake's answer; here it is soft, as in NiFi."""
+        hs = self.handshake
+        assert hs is not None
+        if hs.port_identifier is None or not self.codec:
+            raise ProtocolError(f"{request.value} without a port in the handshake or a negotiated codec")
+        try:
+            port = core.check_handshake(self.app, self.who, hs.port_identifier, direction)
+        except PortDestinationFullError:
+            found = self.node.port_by_id(hs.port_identifier)
+            assert found is not None
+            port = found
+        fault = self.app.faults.take(self.node.index, FAULT_METHOD, f"{request.value} {hs.port_identifier}")
+        if fault is not None:
+            logger.info("node %d RAW: fault %s fires on %s", self.node.index, fault.kind, request.value)
+            if fault.kind == "fail_next":
+                raise _Close()
+            if fault.kind == "delay":
+                time.sleep(fault.seconds)
+                fault = None
+        return port, fault
+
+    def _props(self) -> HandshakeProperties:
+        hs = self.handshake
+        assert hs is not None
+        return HandshakeProperties(
+            use_compression=hs.compress,
+            request_expiration_ms=hs.request_expiration_ms,
+            batch_count=hs.batch_count,
+            batch_size=hs.batch_size,
+            batch_duration_ms=hs.batch_duration_ms,
+        )
+
+    def _receive_flowfiles(self) -> None:
+        """SEND_FLOWFILES: packets in, CONFIRM with the server's CRC, the client's answer, commit."""
+        port, fault = self._transfer_port(raw.RequestType.SEND_FLOWFILES, Direction.SEND)
+        props = self._props()
+        tx = core.create_transaction(self.app, self.who, port, props)
+        upload = core.Upload(self.app, tx, self.who)
+        reader = self.reader
+        stalled = False
+        try:
+            reader.start_packets(props.compress)
+            base = self.bytes_in - reader.buffered  # where the packet section started
+            while True:
+                ev = reader.read_packet_event()
+                if isinstance(ev, NeedData):
+                    if fault is not None and fault.kind == "drop_mid_body" and self.bytes_in - base >= fault.after_bytes:
+                        raise _Close()
+                    self._receive(self.idle_timeout, READ_SIZE if upload.in_packet else PACKET_READ_SIZE)
+                    continue
+                if isinstance(ev, raw.PacketsFinished):
+                    checksum = ev.checksum
+                    break
+                if isinstance(ev, raw.Response):  # CANCEL_TRANSACTION between packets
+                    upload.cancel()
+                    return
+                upload.event(ev)
+                if fault is not None and fault.kind == "stall" and not stalled and len(upload.received) >= fault.after_packets:
+                    stalled = True
+                    time.sleep(fault.seconds)
+            upload.finish(checksum)
+        except core.NoFlowFilesSent:
+            raise
+        except BaseException as exc:
+            upload.fail("upload stalled" if isinstance(exc, TimeoutError) else f"upload broke: {type(exc).__name__}")
+            raise
+        answer = checksum
+        if fault is not None and fault.kind == "corrupt_checksum":
+            answer = (checksum + 1) & 0xFFFFFFFF
+        try:
+            self._send(raw.encode_confirm(answer))
+            response = self._read(reader.read_response, self._between_requests)
+        except BaseException:
+            self._fail_held(tx, "no confirmation from the client")
+            raise
+        if response.code is ResponseCode.CONFIRM_TRANSACTION:
+            count, full = core.commit_send(self.app, tx)
+            logger.debug("node %d RAW: %d FlowFile(s) received in %s", self.node.index, count, tx.id)
+            self._send(raw.encode_response(
+                ResponseCode.TRANSACTION_FINISHED_BUT_DESTINATION_FULL if full else ResponseCode.TRANSACTION_FINISHED
+            ))
+            return
+        if response.code is ResponseCode.BAD_CHECKSUM:
+            self.app.cluster.bad_checksum(tx)
+            raise _Close()
+        self._fail_held(tx, f"unexpected {response.code.name} after CONFIRM")
+        raise ProtocolError(f"expected CONFIRM_TRANSACTION or BAD_CHECKSUM, got {response.code.name}")
+
+    def _fail_held(self, tx: Any, reason: str) -> None:
+        cluster = self.app.cluster
+        with cluster.lock:
+            if tx.active:
+                cluster.fail(tx, reason)
+
+    def _transfer_flowfiles(self) -> None:
+        """RECEIVE_FLOWFILES: NO_MORE_DATA, or MORE_DATA, packets, FINISH; the client's CRC; its
+        TRANSACTION_FINISHED commits."""
+        port, fault = self._transfer_port(raw.RequestType.RECEIVE_FLOWFILES, Direction.RECEIVE)
+        props = self._props()
+        tx = core.create_transaction(self.app, self.who, port, props)
+        download = core.Download(self.app, tx, port, props, one_at_a_time=fault is not None)
+        if not download.start(end_if_empty=True):
+            self._send(raw.encode_response(ResponseCode.NO_MORE_DATA))
+            return
+        writer = raw.RawPacketWriter(props.compress)
+        try:
+            self._send(raw.encode_response(ResponseCode.MORE_DATA), flush=False)
+            batch = download.next_batch()
+            while batch:
+                self._write_flowfiles(writer, batch)
+                if fault is not None and writer.packets >= fault.after_packets:
+                    if fault.kind == "drop_mid_body":
+                        self._flush()
+                        raise _Close()
+                    if fault.kind == "stall":
+                        self._flush()
+                        time.sleep(fault.seconds)
+                        fault = None
+                batch = download.next_batch()
+            self._send(writer.finish())
+        except BaseException:
+            download.fail("download connection broke")
+            raise
+        checksum = writer.checksum
+        if fault is not None and fault.kind == "corrupt_checksum":
+            checksum = (checksum + 1) & 0xFFFFFFFF
+        download.finish(checksum)
+        try:
+            response = self._read(self.reader.read_response, self._between_requests)
+            client_crc = raw.confirmed_checksum(response)
+        except BaseException:
+            download.fail_if_held("no confirmation from the client")
+            raise
+        if self.version > 3:
+            try:
+                core.check_receive_checksum(self.app, tx, str(client_crc))
+            except ChecksumMismatch as exc:
+                logger.info("node %d RAW: %s", self.node.index, exc.message)
+                self._send(raw.encode_response(ResponseCode.BAD_CHECKSUM))
+                raise _Close() from None
+        try:
+            self._send(raw.CONFIRM_OK)
+            response = self._read(self.reader.read_response, self._between_requests)
+        except BaseException:
+            download.fail_if_held("no TRANSACTION_FINISHED from the client")
+            raise
+        if response.code not in (
+            ResponseCode.TRANSACTION_FINISHED,
+            ResponseCode.TRANSACTION_FINISHED_BUT_DESTINATION_FULL,
+        ):
+            download.fail_if_held(f"unexpected {response.code.name} instead of TRANSACTION_FINISHED")
+            raise ProtocolError(f"expected TRANSACTION_FINISHED, got {response.code.name}")
+        core.commit_receive(self.app, tx)
+
+    def _write_flowfiles(self, writer: raw.RawPacketWriter, batch: list[FlowFile]) -> None:
+        """Each FlowFile as one packet (CONTINUE before all but the first): wire-form ones as the
+        slice of their buffer, others from their attributes and content pieces."""
+        for ff in batch:
+            if type(ff) is WireFlowFile and not writer.compress:
+                buf, start, end = ff.wire
+                for piece in writer.encoded_packet([memoryview(buf)[start:end]]):
+                    self._send(piece, flush=False)
+                continue
+            if ff.size < _SMALL_PIECE:  # one piece: header and content encoded together
+                self._send(writer.packet(ff.attributes, ff.content.read_all()), flush=False)
+                continue
+            self._send(writer.begin(ff.attributes, ff.size), flush=False)
+            for piece in ff.content.chunks():
+                self._send(writer.content(piece), flush=False)
+            self._send(writer.end(), flush=False)
