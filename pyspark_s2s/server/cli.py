@@ -115,7 +115,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", metavar="DIR",
                    help="keep queues durably in DIR (write-ahead journal + snapshots); a restarted "
                         "server serves what it had acknowledged; default: memory only")
-    p.add_argument("--snapshot-every", type=_positive, default=1000, metavar="N",
+    p.add_argument("--snapshot-every", type=_positive, default=None, metavar="N",
                    help="with --data-dir: write a snapshot after N journal records (default 1000)")
 
 
@@ -158,6 +158,9 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
     if args.port and args.port + args.nodes - 1 > 65535:
         raise UsageError(f"--port {args.port} --nodes {args.nodes}: node {args.nodes - 1} would need port "
                          f"{args.port + args.nodes - 1}, above 65535")
+    if args.snapshot_every is not None and args.data_dir is None:
+        raise UsageError(f"--snapshot-every {args.snapshot_every} needs --data-dir DIR: snapshots are of the "
+                         "durable queues, and without --data-dir the queues are in memory only")
     if args.data_dir is not None:
         ensure_directory(args.data_dir, "--data-dir")
     cluster = Cluster(
@@ -167,7 +170,7 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
         ttl=args.ttl,
         capacity=args.capacity,
         data_dir=args.data_dir,
-        snapshot_every=args.snapshot_every,
+        snapshot_every=args.snapshot_every or 1000,
     )
     material = None
     ctx = None
