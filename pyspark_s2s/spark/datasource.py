@@ -34,8 +34,9 @@ class DefaultSource(DataSource):
         return "nifi-s2s"
 
     def schema(self) -> StructType:
-        # Spark calls schema() on the driver at load() and when a streaming write starts, before
-        # any reader or writer exists: a bad option fails there, with this project's message only
+        # Spark calls schema() on the driver at load(), before any reader exists: a bad option of a
+        # read fails there, with this project's message only (writes are checked in writer() /
+        # streamWriter(), which Spark also calls on the driver, before any task)
         self._options()
         return SOURCE_SCHEMA
 
@@ -79,9 +80,9 @@ class DefaultSource(DataSource):
 
 
 class _RefusedStreamReader(DataSourceStreamReader):
-    """The stream reader of a query whose options were refused (a streaming read without
-    ``stagingLocation``: ``load()`` cannot tell a stream from a batch read, so this is found at
-    ``start()``). It raises the refusal from Spark's first call. Raising in ``streamReader()``
+    """The stream reader of a query that cannot read (a streaming read without ``stagingLocation``:
+    ``load()`` cannot tell a stream from a batch read, so this is found at ``start()``; or a staging
+    location that cannot be used). It raises the refusal from Spark's first call. Raising in ``streamReader()``
     itself would attach PySpark's own ``UnboundLocalError: ... 'reader'`` to the message (its
     runner stops a reader it never got)."""
 
