@@ -318,6 +318,20 @@ def _target(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _rule_arg(parser: argparse.ArgumentParser, text: str) -> dict[str, Any]:
+    """One ``--rule`` value, checked as the rule command would check it; a bad one ends the
+    program with one line (argparse's usage error, exit status 2), not a traceback."""
+    try:
+        body = json.loads(text)
+        if not isinstance(body, dict):
+            raise ValueError("a rule is a JSON object")
+        ProxyRule.from_json(0, body)
+    except (ValueError, TypeError, re.error) as exc:
+        parser.error(f"--rule {text!r}: {exc}; expected a JSON object such as "
+                     '\'{"action": "cut", "direction": "up", "after": 100}\'')
+    return body
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m faults.tcpproxy", description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", type=_target, required=True, help="127.0.0.1:PORT to relay to")
@@ -326,9 +340,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-seconds", type=float, default=900.0, help="end after this long")
     parser.add_argument("--max-connections", type=int, default=512)
     args = parser.parse_args(argv)
+    rules = [_rule_arg(parser, text) for text in args.rule]
     proxy = Proxy(args.target, args.listen_port, args.max_connections)
-    for text in args.rule:
-        proxy.command({"cmd": "rule", **json.loads(text)})
+    for body in rules:
+        proxy.command({"cmd": "rule", **body})
     parent = os.getppid()
     deadline = time.monotonic() + args.max_seconds
 

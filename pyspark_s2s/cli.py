@@ -23,11 +23,13 @@ while the project is being built.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from pyspark_s2s import __version__
 
@@ -40,6 +42,41 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "pyspark_s2s.server.cli",
     "pyspark_s2s.client.commands",
 )
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors name a misspelled flag first, with the closest real
+    one (``--prot-name``: "did you mean --port-name?"). Plain argparse reports a missing required
+    argument before an unknown one, so the misspelling itself would never be mentioned."""
+
+    _s2s_args: list[str] = []
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self._s2s_args = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def unknown_flag(self, tokens: Sequence[str] | None = None) -> str | None:
+        """'unrecognized argument --x; did you mean --y?' for the first flag this parser does not
+        know (among ``tokens``, default: the arguments it was given), or None."""
+        known = [o for o in self._option_string_actions if o.startswith("--")]
+        for token in self._s2s_args if tokens is None else tokens:
+            if token == "--":
+                break
+            flag = token.split("=", 1)[0]
+            if not flag.startswith("--") or flag in self._option_string_actions:
+                continue
+            if any(o.startswith(flag) for o in known):  # an abbreviation argparse accepts or calls ambiguous
+                continue
+            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+            return f"unrecognized argument {flag}" + (f"; did you mean {close[0]}?" if close else "")
+        return None
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("unrecognized arguments: "):
+            better = self.unknown_flag(message.split(": ", 1)[1].split())
+        else:
+            better = self.unknown_flag()
+        super().error(better or message)
 
 
 def _missing(exc: ModuleNotFoundError, module: str) -> bool:
@@ -59,7 +96,7 @@ def build_parser(modules: Sequence[str] | None = None) -> argparse.ArgumentParse
     """
     if modules is None:
         modules = SUBCOMMAND_MODULES
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="s2s",
         description="Apache NiFi Site-to-Site over HTTP(S): reference server and client commands.",
     )
@@ -99,7 +136,11 @@ def _configure_logging(verbosity: int) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``s2s`` command; returns the process exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # the subcommand's parser knows its flags: it names the misspelled one
+        sub = next((a.choices.get(args.command) for a in parser._actions  # noqa: SLF001
+                    if isinstance(a, argparse._SubParsersAction)), None)  # noqa: SLF001
+        (sub if isinstance(sub, _Parser) else parser).error(f"unrecognized arguments: {' '.join(extra)}")
     _configure_logging(args.s2s_verbosity + getattr(args, "s2s_sub_verbosity", 0))
     func = getattr(args, "func", None)
     if func is None:

@@ -1,5 +1,7 @@
 """The documentation stands on its own: links stay inside the repository and resolve, and every
-``protocol.md §N`` reference (in docs and in code) names a section that docs/protocol.md has."""
+``protocol.md §N`` reference (in docs and in code) names a section that docs/protocol.md has; the
+client page's example runs as written against the reference server (the README's and the Spark
+pages' examples: tests/spark/test_doc_examples.py)."""
 
 from __future__ import annotations
 
@@ -58,3 +60,42 @@ def test_every_section_reference_exists() -> None:
                     for n in range(int(a), int(b or a) + 1):
                         assert n in items, f"{path.relative_to(ROOT)}: protocol.md §12 has no item {n}"
     assert checked > 50  # the pattern still finds the references
+
+
+def _python_blocks(page: Path) -> list[str]:
+    blocks, current = [], None
+    for line in page.read_text(encoding="utf-8").splitlines(keepends=True):
+        if not line.startswith("```"):
+            if current is not None:
+                current.append(line)
+        elif current is None:
+            current, lang = [], line[3:].strip()
+        else:
+            if lang == "python":
+                blocks.append("".join(current))
+            current = None
+    return blocks
+
+
+def test_client_page_example_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/client.md's first example, run as written against reference servers (a 2-node TLS one
+    for the send, a plain one for the receive): only hosts, files and the password are replaced.
+    The Spark pages' and the README's examples run in tests/spark/test_doc_examples.py."""
+    from serverproc import ServerThread
+
+    code = _python_blocks(ROOT / "docs" / "client.md")[0]
+    (tmp_path / "big.bin").write_bytes(bytes(range(256)) * 4096)
+    with ServerThread("--input-port", "from-spark", tls=True, nodes=2) as tls, \
+            ServerThread("--output-port", "to-spark") as plain:
+        plain.admin.enqueue("to-spark", [({"filename": "a.txt"}, b"abc"), ({"filename": "b.txt"}, b"de")])
+        for old, new in {"https://nifi-1:8443/nifi,https://nifi-2:8443/nifi": ",".join(tls.urls),
+                         '"client.p12"': repr(str(tls.client_p12)), '"..."': repr(tls.client_p12_password),
+                         '"ca.pem"': repr(str(tls.ca)), 'open("big.bin"': f'open({str(tmp_path / "big.bin")!r}',
+                         "http://127.0.0.1:8080/nifi": plain.url}.items():
+            assert old in code, f"docs/client.md's example no longer contains {old!r}"
+            code = code.replace(old, new)
+        exec(compile(code, "docs/client.md", "exec"), {})  # noqa: S102 - the page's own example
+        sent = [ff for k in (0, 1) for ff in tls.admin.flowfiles("from-spark", node=k)]
+        assert sorted(ff["attributes"]["filename"] for ff in sent) == ["big.bin", "hello.txt"]
+        assert plain.admin.queued("to-spark") == 0
+    assert capsys.readouterr().out.splitlines() == ["a.txt 3", "b.txt 2"]

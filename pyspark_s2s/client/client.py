@@ -262,7 +262,7 @@ class SiteToSiteClient:
                 exc.with_context(peer=self.peer_name(peer), port=self.config.port)
                 if raises_at_once(exc):
                     raise
-                logger.info("transaction creation at %s failed (%s); trying the next peer", self.peer_name(peer), exc)
+                logger.warning("transaction creation at %s failed (%s); trying the next peer", self.peer_name(peer), exc)
                 attempts.append(f"{peer.hostname}:{peer.port}: {exc.message}")
                 retriable = exc.retriable if failures == 0 else (retriable or exc.retriable)
                 failures += 1

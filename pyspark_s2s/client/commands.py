@@ -165,15 +165,22 @@ def _flags_by_option() -> dict[str, str]:
     return flags
 
 
+def in_flags(text: str) -> str:
+    """``text`` with the client option names it mentions as the flags that set them
+    ("set keystoreFilename" -> "set --keystore")."""
+    flags = _flags_by_option()
+    for name in sorted(flags, key=len, reverse=True):
+        if name != name.lower():  # camelCase names only: 'url'/'timeout' are also plain words
+            text = re.sub(rf"\b{name}\b", flags[name], text)
+    return text
+
+
 def flag_message(exc: Any) -> str:
     """The message of a :class:`~pyspark_s2s.errors.ConfigError` in the user's terms: the client
     option names it mentions become the flags that set them, and a message that names none of
     them starts with the flag of the option at fault."""
     flags = _flags_by_option()
-    text = exc.message
-    for name in sorted(flags, key=len, reverse=True):
-        if name != name.lower():  # camelCase names only: 'url'/'timeout' are also plain words
-            text = re.sub(rf"\b{name}\b", flags[name], text)
+    text = in_flags(exc.message)
     option = exc.option
     if option in flags and text.startswith(option + " "):
         text = flags[option] + text[len(option):]
@@ -322,7 +329,7 @@ def _run(body: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namesp
         except ConfigError as exc:  # found only once in use (say, an unreadable keystore)
             raise CommandError(flag_message(exc)) from None
         except S2SError as exc:
-            raise CommandError(str(exc)) from None
+            raise CommandError(in_flags(str(exc))) from None
         except OSError as exc:
             raise CommandError(os_reason(exc)) from None
 
@@ -386,6 +393,8 @@ def send(args: argparse.Namespace) -> int:
     finally:
         progress.done()
         _close(client)
+    logger.info("send transaction %s: %s, %d bytes to %s in %.3f s", _tx_id(completion.transaction_url),
+                counted(completion.flow_files, "FlowFile"), completion.bytes, completion.peer, completion.duration)
     print(
         f"s2s send: committed {counted(completion.flow_files, 'FlowFile')} ({completion.bytes} bytes) to "
         f"{completion.peer}, transaction {_tx_id(completion.transaction_url)} "

@@ -32,11 +32,14 @@ __all__ = [
     "Secret",
     "SiteToSiteClientConfig",
     "doc_drift",
+    "duration_option",
+    "int_option",
     "options_markdown",
     "parse_bool",
     "parse_duration",
     "parse_size",
     "resolve_option_names",
+    "str_option",
 ]
 
 logger = logging.getLogger(__name__)
@@ -306,6 +309,13 @@ def _bool(value: Any, option: str) -> bool:
     return parse_bool(value, option=option)
 
 
+#: the parsers of a table row, ``(value, option) -> value``, for tables that extend this one
+#: (``pyspark_s2s.spark.options``): a whole number in a range (factory), a string, a duration
+int_option = _parse_int
+str_option = _parse_str
+duration_option = _dur
+
+
 # -- the table -------------------------------------------------------------------------------
 
 
@@ -360,11 +370,14 @@ OPTIONS: tuple[Option, ...] = (
          "How long the peer list is used before it is fetched again (NiFi's fixed 60 s peer cache).",
          default_doc="60 sec"),
     _opt("batchCount", "batch_count", _parse_int(0), 0, "integer",
-         "Receive: preferred number of FlowFiles per transaction (0 = server default).", "requestBatchCount"),
+         "Receive: preferred number of FlowFiles per transaction (0 = server default). Spark sink: at most "
+         "this many FlowFiles per send transaction (0 = no limit).", "requestBatchCount"),
     _opt("batchSize", "batch_size", _size, 0, "data size",
-         "Receive: preferred bytes of content per transaction (0 = server default).", "requestBatchSize"),
+         "Receive: preferred bytes of content per transaction (0 = server default). Spark sink: a send "
+         "transaction ends once it holds this much content (0 = no limit).", "requestBatchSize"),
     _opt("batchDuration", "batch_duration", _dur, 0.0, "duration",
-         "Receive: preferred duration of one transaction (0 = server default, 5 s when no limit is set).",
+         "Receive: preferred duration of one transaction (0 = server default, 5 s when no limit is set). "
+         "Spark sink: a send transaction ends once it has been open this long (0 = no limit).",
          "requestBatchDuration", default_doc="0"),
     _opt("useCompression", "use_compression", _bool, False, "boolean",
          "Compress packets (NiFi's SYNC/zlib framing) in both directions."),

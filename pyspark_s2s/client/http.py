@@ -411,8 +411,8 @@ class HttpTransport:
                 f"Timed out ({self.config.timeout:g} s) {what} {method} {url}", peer=peer
             )
         if isinstance(reason, (SSLError, ssl.SSLError)):
-            return TransportError(f"TLS failure on {method} {url}: {_short(reason)}{_scheme_hint(url, reason)}",
-                                  peer=peer)
+            return TransportError(f"TLS failure on {method} {url}: {_short(reason)}{_scheme_hint(url, reason)}"
+                                  f"{self._trust_hint(reason)}", peer=peer)
         if isinstance(reason, ProxyError):
             text = _short(reason)
             status = 407 if "407" in text else None
@@ -422,6 +422,24 @@ class HttpTransport:
         # that breaks in the middle of a transaction is not a scheme mistake
         hint = "" if _origin(url) in self._answered else _scheme_hint(url, reason)
         return TransportError(f"{method} {url} failed: {_short(reason)}{hint}", peer=peer)
+
+
+    def _trust_hint(self, reason: BaseException) -> str:
+        """What to do when the server's certificate was not verified ('' for other TLS failures)."""
+        if "certificate_verify_failed" not in str(reason).lower():
+            return ""
+        if self.config.truststore_filename is None:
+            return (" (no truststoreFilename was given, so only the system's CAs are trusted: set "
+                    "truststoreFilename to the CA certificate that signed the server's, PEM or PKCS12)")
+        return (" (the truststoreFilename given does not hold the CA that signed the server's certificate, "
+                "or the certificate does not name this host)")
+
+    def refusal_hint(self, status: int, url: str) -> str:
+        """What to do when an HTTPS server answers 401 and this client showed no certificate ('')."""
+        if status != 401 or self.config.keystore_filename is not None or not url.lower().startswith("https:"):
+            return ""
+        return (" (no client certificate was given: set keystoreFilename (and keystorePassword, or "
+                "keyFilename) to a certificate the server trusts)")
 
 
 #: what an HTTPS client sees when the port speaks plain HTTP (OpenSSL's reason codes)

@@ -196,10 +196,11 @@ class SiteInfoProvider:
             try:
                 resp = self._transport.request("GET", url + site_info_path(), headers=headers)
                 if resp.status != 200:
-                    raise _status_error(resp, f"GET {url}/site-to-site", url)
+                    raise _status_error(resp, f"GET {url}/site-to-site", url,
+                                        self._transport.refusal_hint(resp.status, url))
                 info = parse_site_info(resp, url)
             except S2SError as exc:
-                logger.info("site information from %s failed: %s", url, exc)
+                logger.warning("site information from %s failed: %s", url, exc)
                 failures.append(f"{url}: {exc.message}")
                 last = exc
                 continue
@@ -233,10 +234,11 @@ class SiteInfoProvider:
         return port_id
 
 
-def _status_error(resp: Response, what: str, peer: str) -> S2SError:
+def _status_error(resp: Response, what: str, peer: str, hint: str = "") -> S2SError:
     text = resp.text.strip().replace("\n", " ")[:300]
     if resp.status in (401, 403):
-        return UnauthorizedError(f"{what} was refused: HTTP {resp.status} {text}", http_status=resp.status, peer=peer)
+        return UnauthorizedError(f"{what} was refused: HTTP {resp.status} {text}{hint}", http_status=resp.status,
+                                 peer=peer)
     return HTTPStatusError(
         f"{what} answered HTTP {resp.status}: {text}",
         http_status=resp.status,

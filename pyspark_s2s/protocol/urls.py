@@ -75,6 +75,9 @@ def normalize_cluster_url(url: str, *, option: str = "url") -> str:
         raise ConfigError(f"The specified URL is malformed: {shown!r}", option=option) from None
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https"):
+        if "://" not in text:
+            raise ConfigError(f"The specified URL is malformed: {shown!r} has no scheme; expected "
+                              "http(s)://host:port/nifi, e.g. http://localhost:8080/nifi", option=option)
         if not parts.scheme or not parts.netloc:
             raise ConfigError(f"The specified URL is malformed: {shown!r}", option=option)
         raise ConfigError(

@@ -149,7 +149,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", metavar="DIR",
                    help="keep queues durably in DIR (write-ahead journal + snapshots); a restarted "
                         "server serves what it had acknowledged; default: memory only")
-    p.add_argument("--snapshot-every", type=_positive, default=1000, metavar="N",
+    p.add_argument("--snapshot-every", type=_positive, default=None, metavar="N",
                    help="with --data-dir: write a snapshot after N journal records (default 1000)")
 
 
@@ -207,6 +207,9 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
     ):
         raise UsageError(f"--raw-port {args.raw_port} and --port {args.port} --nodes {args.nodes}: "
                          "the RAW and HTTP port ranges overlap")
+    if args.snapshot_every is not None and args.data_dir is None:
+        raise UsageError(f"--snapshot-every {args.snapshot_every} needs --data-dir DIR: snapshots are of the "
+                         "durable queues, and without --data-dir the queues are in memory only")
     if args.data_dir is not None:
         ensure_directory(args.data_dir, "--data-dir")
     cluster = Cluster(
@@ -216,7 +219,7 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
         ttl=args.ttl,
         capacity=args.capacity,
         data_dir=args.data_dir,
-        snapshot_every=args.snapshot_every,
+        snapshot_every=args.snapshot_every or 1000,
         balance=balance,
     )
     material = None

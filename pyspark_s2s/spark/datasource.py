@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql.datasource import DataSource
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from pyspark_s2s.errors import ConfigError
+from pyspark_s2s.errors import ConfigError, S2SError
 from pyspark_s2s.spark.options import SparkOptions
 from pyspark_s2s.spark.schema import SOURCE_SCHEMA
 
@@ -34,6 +34,10 @@ class DefaultSource(DataSource):
         return "nifi-s2s"
 
     def schema(self) -> StructType:
+        # Spark calls schema() on the driver at load(), before any reader exists: a bad option of a
+        # read fails there, with this project's message only (writes are checked in writer() /
+        # streamWriter(), which Spark also calls on the driver, before any task)
+        self._options()
         return SOURCE_SCHEMA
 
     def _options(self) -> SparkOptions:
@@ -59,7 +63,10 @@ class DefaultSource(DataSource):
         from pyspark_s2s.spark.source import NiFiStreamReader
 
         self._check_read_schema(schema)
-        return NiFiStreamReader(self._options(), schema)
+        try:
+            return NiFiStreamReader(self._options(), schema)
+        except S2SError as exc:
+            return _RefusedStreamReader(exc)
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         from pyspark_s2s.spark.sink import NiFiBatchWriter
@@ -70,3 +77,29 @@ class DefaultSource(DataSource):
         from pyspark_s2s.spark.sink import NiFiStreamWriter
 
         return NiFiStreamWriter(self._options(), schema, overwrite)
+
+
+class _RefusedStreamReader(DataSourceStreamReader):
+    """The stream reader of a query that cannot read (a streaming read without ``stagingLocation``:
+    ``load()`` cannot tell a stream from a batch read, so this is found at ``start()``; or a staging
+    location that cannot be used). It raises the refusal from Spark's first call. Raising in ``streamReader()``
+    itself would attach PySpark's own ``UnboundLocalError: ... 'reader'`` to the message (its
+    runner stops a reader it never got)."""
+
+    def __init__(self, error: S2SError) -> None:
+        self.error = error
+
+    def initialOffset(self) -> dict[str, Any]:
+        raise self.error
+
+    def latestOffset(self, *args: Any) -> dict[str, Any]:
+        raise self.error
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Any:
+        raise self.error
+
+    def read(self, partition: Any) -> Any:
+        raise self.error
+
+    def stop(self) -> None:
+        pass

@@ -26,12 +26,12 @@ from pyspark_s2s.client.config import (
 from pyspark_s2s.client.config import (
     Option,
     SiteToSiteClientConfig,
-    _dur,
-    _parse_int,
-    _parse_str,
     parse_size,
     resolve_option_names,
 )
+from pyspark_s2s.client.config import duration_option as _dur
+from pyspark_s2s.client.config import int_option as _parse_int
+from pyspark_s2s.client.config import str_option as _parse_str
 from pyspark_s2s.client.config import options_markdown as client_options_markdown
 from pyspark_s2s.client.config import update_doc as client_update_doc
 from pyspark_s2s.errors import ConfigError
@@ -136,6 +136,15 @@ SPARK_ONLY_OPTIONS: tuple[Option, ...] = (
 #: every option of the data source: the client's rows, then the Spark-only rows
 SPARK_OPTIONS: tuple[Option, ...] = CLIENT_OPTIONS + SPARK_ONLY_OPTIONS
 
+#: rows of the options page only: the keys Spark sets (SPARK_PASSTHROUGH), accepted, not parsed here
+_PASSTHROUGH_ROWS: tuple[Option, ...] = (
+    _row("checkpointLocation", "checkpoint_location", _parse_str, None, "path or URI",
+         "Spark's own option of a streaming query (`writeStream...option(\"checkpointLocation\", ...)`), "
+         "accepted here. The sink keeps its `commitMode=batch` commit log under it."),
+    _row("queryName", "query_name", _parse_str, None, "string",
+         "Spark's own option (`writeStream.queryName(...)`), accepted and not used by the data source."),
+)
+
 _CLIENT_ATTRS = frozenset(o.attr for o in CLIENT_OPTIONS)
 _SPARK_BY_ATTR = {o.attr: o for o in SPARK_ONLY_OPTIONS}
 
@@ -161,6 +170,10 @@ class SparkOptions:
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> SparkOptions:
         """Validate the options Spark passes (string values; names case-insensitive)."""
+        if any(str(k).lower() == "path" for k in options):
+            raise ConfigError("nifi-s2s takes no path (.load(path), .save(path) and .option('path', ...) set one): "
+                              "name the NiFi port with .option('portName', ...) and the cluster with "
+                              ".option('url', ...)", option="path")
         raw = resolve_option_names(dict(options), SPARK_OPTIONS, extra_known=SPARK_PASSTHROUGH)
         client_raw = {k: v for k, v in raw.items() if k in _CLIENT_ATTRS}
         spark: dict[str, Any] = {}
@@ -211,9 +224,9 @@ class SparkOptions:
 
 def options_markdown() -> str:
     """The options table of ``docs/spark-options.md`` (generated; a test keeps the page current)."""
-    return client_options_markdown(SPARK_OPTIONS)
+    return client_options_markdown(SPARK_OPTIONS + _PASSTHROUGH_ROWS)
 
 
 def update_doc(path: str) -> bool:
     """Rewrite the generated table between the markers of ``path``; True if it changed."""
-    return client_update_doc(path, SPARK_OPTIONS)
+    return client_update_doc(path, SPARK_OPTIONS + _PASSTHROUGH_ROWS)
