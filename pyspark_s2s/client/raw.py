@@ -1013,10 +1013,16 @@ class RawReceiveTransaction(_RawTransaction):
 
     def receive_record_batch(self, max_rows: int = 16384, max_bytes: int = 64 << 20) -> pa.RecordBatch | None:
         """Up to ``max_rows`` FlowFiles (stopping after ``max_bytes`` of content) as one Arrow
-        record batch ``(content binary, attributes map<string,string>)``; None at the end."""
-        import pyarrow as pa
+        record batch ``(content binary, attributes map<string,string>)``; None at the end.
 
-        from pyspark_s2s.client.arrow import ARROW_SCHEMA
+        Whole small packets already received are indexed in bulk (``RawReader.read_packet_run``)
+        and their columns built with Arrow kernels over the received bytes, as the HTTP path
+        does; the packet that spans a read, large content and compressed sections go through the
+        per-packet decoder."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from pyspark_s2s.client.arrow import ARROW_SCHEMA, ends_to_record_batch
 
         if max_rows <= 0:
             raise ValueError("max_rows must be positive")
@@ -1025,12 +1031,31 @@ class RawReceiveTransaction(_RawTransaction):
                 return None
             self._check(ClientEvent.RECEIVE_PACKET)
         self._set_mode("batches")
-        contents: list[bytes] = []
-        offsets = [0]
-        keys: list[str] = []
-        values: list[str] = []
-        size = 0
-        while len(contents) < max_rows and size < max_bytes:
+        reader = self._conn.reader
+        parts: list[pa.RecordBatch] = []
+        packets: list[DataPacket] = []
+        rows = size = 0
+
+        def flush_packets() -> None:
+            if packets:
+                parts.append(pa.RecordBatch.from_arrays(
+                    [pa.array([p.content for p in packets], pa.binary()),
+                     pa.array([list(p.attributes.items()) for p in packets], pa.map_(pa.string(), pa.string()))],
+                    schema=ARROW_SCHEMA))
+                packets.clear()
+
+        while rows < max_rows and size < max_bytes:
+            try:
+                run = reader.read_packet_run(max_rows - rows)
+            except S2SError as exc:
+                raise self._fail(exc.with_context(peer=self.peer_url)) from None
+            if run is not None:
+                flush_packets()
+                batch = ends_to_record_batch(run.data, run.ends, run.counts)
+                parts.append(batch)
+                rows += run.count
+                size += pc.sum(pc.binary_length(batch.column(0))).as_py() or 0
+                continue
             ev = self._next_event()
             if isinstance(ev, PacketsFinished):
                 self._ended(ev)
@@ -1044,21 +1069,16 @@ class RawReceiveTransaction(_RawTransaction):
                 ev = DataPacket(ev.attributes, b"".join(chunks))
             if not isinstance(ev, DataPacket):
                 raise self._fail(ProtocolError(f"unexpected decoder event {ev!r}"))
-            if self._machine.state is ClientState.STARTED:
-                self._handle(ClientEvent.RECEIVE_PACKET)
-            contents.append(ev.content)
-            keys.extend(ev.attributes)
-            values.extend(ev.attributes.values())
-            offsets.append(len(keys))
+            packets.append(ev)
+            rows += 1
             size += len(ev.content)
-        if not contents:
+        flush_packets()
+        if not rows:
             return None
-        batch = pa.RecordBatch.from_arrays(
-            [pa.array(contents, pa.binary()),
-             pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(keys, pa.string()),
-                                     pa.array(values, pa.string()))],
-            schema=ARROW_SCHEMA)
-        self.flow_files += len(contents)
+        if self._machine.state is ClientState.STARTED:
+            self._handle(ClientEvent.RECEIVE_PACKET)
+        batch = parts[0] if len(parts) == 1 else pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
+        self.flow_files += rows
         self.bytes += size
         return batch
 

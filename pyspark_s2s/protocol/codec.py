@@ -323,6 +323,25 @@ class PacketDecoder:
             return True
         return False
 
+    @property
+    def between_packets(self) -> bool:
+        """True when no packet is partly decoded (buffered bytes may follow)."""
+        return not (self._direct or self._streaming or self._pending is not None)
+
+    def skip_packets(self, n: int, packet_data: bytes | bytearray | memoryview, packets: int) -> None:
+        """At a packet boundary: drop ``n`` buffered bytes that the caller read itself and that
+        held ``packets`` whole packets, ``packet_data`` being their bytes without whatever
+        separated them: those count into the CRC and the counters as if decoded here (RAW
+        Site-to-Site's bulk path, which reads packets and the codes between them in one pass)."""
+        self._check_boundary("skip_packets()")
+        if not 0 <= n <= len(self._buf) - self._pos:
+            raise ValueError(f"cannot skip {n} of {len(self._buf) - self._pos} buffered bytes")
+        self._pos += n
+        self._need = 4
+        self._crc = crc32(packet_data, self._crc)
+        self._consumed += len(packet_data)
+        self._packets += packets
+
     def take_buffered(self) -> bytes:
         """At a packet boundary: remove and return the bytes fed but not decoded yet (for a
         transport whose packets are followed by something else; counters and CRC unchanged)."""

@@ -667,3 +667,63 @@ def test_reader_any_bytes_gives_messages_or_protocol_error(kind: str, data: byte
                     return
     except ProtocolError:
         pass
+
+
+# -- bulk paths ----------------------------------------------------------------------------------
+
+
+def _read_mixed(wire: bytes, step: int, inline: int) -> tuple[list[tuple[dict[str, str], bytes]], Any]:
+    """Read a section with read_packet_run where it applies and read_packet_event otherwise."""
+    from pyspark_s2s.protocol.codec import decode_packets
+
+    reader = RawReader(inline_content_limit=inline)
+    reader.start_packets(False)
+    source = _chunks(wire, step)
+    events: list[Any] = []
+    while True:
+        run = reader.read_packet_run()
+        if run is not None:
+            assert run.count == len(run.counts) and len(run.ends) == sum(2 * c + 2 for c in run.counts)
+            events += decode_packets(run.data)
+            continue
+        ev = reader.read_packet_event()
+        if ev is NEED_DATA:
+            reader.feed(source.pop(0))
+            continue
+        events.append(ev)
+        if isinstance(ev, (PacketsFinished, Response)):
+            return _join(events), ev
+
+
+@settings(max_examples=80, deadline=None)
+@given(section_packets, st.sampled_from([1, 5, 64, 100000]), st.sampled_from([0, 16, 1 << 20]))
+def test_packet_runs_agree_with_events(pkts: list[tuple[dict[str, str], bytes]], step: int, inline: int) -> None:
+    writer = RawPacketWriter()
+    wire = b"".join(writer.packet(a, c) for a, c in pkts) + writer.finish()
+    got, end = _read_mixed(wire, step, inline)
+    assert got == pkts
+    assert end == PacketsFinished(len(pkts), writer.checksum)
+
+
+def test_packet_run_of_the_worked_example_and_ends() -> None:
+    reader = RawReader()
+    reader.start_packets(False)
+    reader.feed(h(PACKET_HEX) + h("52 43 0A") + h(PACKET_HEX) + h(FINISH_HEX))
+    run = reader.read_packet_run()
+    assert run is not None and run.data == h(PACKET_HEX) * 2 and list(run.counts) == [1, 1]
+    assert list(run.ends) == [4, 16, 25, 38, 42, 54, 63, 76]
+    assert reader.read_packet_run() is None  # FINISH is for read_packet_event
+    assert reader.read_packet_event() == PacketsFinished(2, zlib.crc32(h(PACKET_HEX) * 2))
+
+
+def test_wire_packets_match_packet_by_packet() -> None:
+    pkts = [({"filename": "a.txt"}, b"hello"), ({}, b""), ({"k": "v"}, b"x" * 70000)]
+    for compress in (False, True):
+        one, bulk = RawPacketWriter(compress), RawPacketWriter(compress)
+        expected = b"".join(one.packet(a, c) for a, c in pkts)
+        got = b"".join(bulk.wire_packets([encode_packet(a, c) for a, c in pkts]))
+        if not compress:
+            assert got == expected
+        assert bulk.checksum == one.checksum and bulk.packets == 3
+        assert _join(_read_section(got + bulk.finish(), compress, 1000))[:3] == pkts
+    assert RawPacketWriter().wire_packets([]) == []
