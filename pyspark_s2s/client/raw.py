@@ -443,6 +443,7 @@ class RawTransport:
         """A handshaken connection for ``port_id`` on ``peer``: an idle pooled one when there is
         one still usable (idle for less than ``idleExpiration``, not closed by the peer), else a
         new one."""
+        self.sweep()
         key = (peer.hostname, peer.port, port_id)
         expired: list[RawConnection] = []
         found: RawConnection | None = None

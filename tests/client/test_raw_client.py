@@ -7,6 +7,7 @@ same key material as HTTPS (docs/protocol.md §13, docs/client.md "Transports").
 from __future__ import annotations
 
 import hashlib
+import io
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -21,7 +22,9 @@ from pyspark_s2s.errors import (
     ChecksumMismatch,
     HandshakeError,
     NoPeerAvailableError,
+    PortDestinationFullError,
     PortNotRunningError,
+    ProtocolError,
     TransactionNotFoundError,
     TransactionStateError,
     UnknownPortError,
@@ -100,7 +103,7 @@ def test_large_content_streams_both_ways(c2: ServerProcess) -> None:
         node = s.peer_statuses("send")[0][0]
         with s.create_transaction("send", peer=node) as tx:
             tx.send(big, {"filename": "big.bin"})
-            tx.send(__import__("io").BytesIO(big), {"filename": "stream.bin"})
+            tx.send(io.BytesIO(big), {"filename": "stream.bin"})
             tx.confirm()
             tx.complete()
         with r.create_transaction("receive", peer=node) as rx:
@@ -167,7 +170,7 @@ def test_connections_are_pooled_and_expire(c2: ServerProcess) -> None:
         assert s._raw is not None and s._raw.idle_connections == 1
         assert len(set(comms)) == 1  # one connection (one communications id) carried all three
         # an idle connection older than idleExpiration is shut down, not reused
-        s._raw._clock = lambda: __import__("time").monotonic() + 5.0
+        s._raw._clock = lambda: time.monotonic() + 5.0
         assert _send_one(s, node, b"y") != comms[0]
         assert s._raw.idle_connections == 1
     assert c2.admin.queued("out") == 4
@@ -322,8 +325,91 @@ def test_tls_without_client_certificate_fails_cleanly(tls_raw: ServerProcess) ->
     assert tls_raw.admin.queued("out") == 0
 
 
-def test_handshake_error_class_for_refused_properties() -> None:
-    # a client never sends a bad property; the mapping is still NiFi's (HandshakeError, code kept)
-    from pyspark_s2s.client.raw import _HANDSHAKE_ERRORS
+class _ScriptedPeer:
+    """A RAW peer on 127.0.0.1 that answers with fixed bytes after reading what the client sends
+    up to each step (for what the reference server never does: other versions, aborts, codes)."""
 
-    assert _HANDSHAKE_ERRORS[ResponseCode.MISSING_PROPERTY] is HandshakeError
+    def __init__(self, answers: list[bytes]) -> None:
+        import socket
+        import threading
+
+        self.answers = answers
+        self.received = b""
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        conn, _ = self.sock.accept()
+        with conn:
+            conn.settimeout(5)
+            for answer in self.answers:
+                try:
+                    self.received += conn.recv(65536)
+                except OSError:
+                    return
+                if answer:
+                    conn.sendall(answer)
+            try:
+                self.received += conn.recv(65536)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.sock.close()
+        self.thread.join(5)
+
+
+def _transport() -> Any:
+    from pyspark_s2s.client.config import SiteToSiteClientConfig
+    from pyspark_s2s.client.raw import RawTransport
+    from pyspark_s2s.client.siteinfo import SiteInfo
+
+    class Site:
+        def get(self) -> SiteInfo:
+            return SiteInfo("http://127.0.0.1:1/nifi-api", None, 1, False)
+
+    cfg = SiteToSiteClientConfig(urls="http://127.0.0.1:1/nifi", timeout=5)
+    return RawTransport(cfg, Site(), ssl_context=lambda: None)  # type: ignore[arg-type, return-value]
+
+
+def _peer(port: int) -> Any:
+    from pyspark_s2s.protocol.peers import PeerStatus
+
+    return PeerStatus("127.0.0.1", port, False, 0)
+
+
+def test_older_server_version_is_negotiated_down() -> None:
+    from pyspark_s2s.protocol import raw
+
+    peer = _ScriptedPeer([b"\x15\x00\x00\x00\x05", b"\x14", raw.encode_response(ResponseCode.PROPERTIES_OK)])
+    try:
+        conn = _transport().connect(_peer(peer.port), "port-1")
+        assert conn.version == 5
+        conn.shutdown()
+    finally:
+        peer.close()
+    # proposed 6, then 5 (the whole proposal again), then the handshake of version 5
+    assert peer.received.startswith(raw.MAGIC + raw.encode_resource_proposal(raw.PROTOCOL_RESOURCE, 6)
+                                    + raw.encode_resource_proposal(raw.PROTOCOL_RESOURCE, 5))
+
+
+@pytest.mark.parametrize(("answers", "error", "text"), [
+    ([b"\xff"], HandshakeError, "aborted the negotiation of SocketFlowFileProtocol version 6"),
+    ([b"\x15\x00\x00\x00\x00"], HandshakeError, "offers SocketFlowFileProtocol version 0"),
+    ([b"\x14", b"RC\xe8\x00\x15Missing Property GZIP"], HandshakeError, "MISSING_PROPERTY (232): Missing Property GZIP"),
+    ([b"\x14", b"RC\xca"], PortDestinationFullError,
+     "PORTS_DESTINATION_FULL (202)"),
+    ([b"\x14", b"XY\x01"], ProtocolError, "expected a response code"),
+    ([b""], ProtocolError, "closed before a resource negotiation status"),
+])
+def test_refusals_and_bad_answers_name_the_peer(answers: list[bytes], error: type, text: str) -> None:
+    peer = _ScriptedPeer(answers)
+    try:
+        with pytest.raises(error) as info:
+            _transport().connect(_peer(peer.port), "port-1", port_label="in")
+    finally:
+        peer.close()
+    assert text in str(info.value)
+    assert info.value.peer == f"nifi://127.0.0.1:{peer.port}"
