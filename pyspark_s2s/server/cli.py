@@ -128,7 +128,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "serve",
         help="run the reference Site-to-Site server",
-        description="Run the reference NiFi Site-to-Site (HTTP) server.",
+        description="Run the reference NiFi Site-to-Site server (HTTP; RAW sockets too with --raw-port).",
     )
     add_arguments(p)
     p.set_defaults(func=run)

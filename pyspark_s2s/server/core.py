@@ -411,7 +411,9 @@ class Download:
         self.count_limit = props.batch_count or 0
         self.size_limit = props.batch_size or 0
         self.duration_ms = props.batch_duration_ms or 0
-        self.default_duration = self.count_limit <= 0 and self.size_limit <= 0 and self.duration_ms <= 0
+        # as before the core was split out: only when no limit was named at all (negative values
+        # are kept, and like 0 they limit nothing)
+        self.default_duration = self.count_limit == 0 and self.size_limit == 0 and self.duration_ms == 0
         self.one_at_a_time = one_at_a_time
         self.clock = clock
         self.sent: list[FlowFile] = []

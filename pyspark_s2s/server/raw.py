@@ -56,8 +56,14 @@ logger = logging.getLogger(__name__)
 #: what RAW requests are matched as by injected faults (method); the path is ``<REQUEST> <port id>``
 FAULT_METHOD = "RAW"
 READ_SIZE = 256 * 1024
+#: reads between packets: the RAW reader hands what follows each packet back to its own buffer,
+#: so a smaller read costs less per small packet (measured: 20,000 packets of 100 B took half
+#: the time with 16 KiB reads); content that streams is read in READ_SIZE pieces
+PACKET_READ_SIZE = 16 * 1024
 #: outgoing bytes are gathered up to this much before a send
 SEND_BUFFER = 256 * 1024
+#: pieces below this size are copied together before a send; larger ones are sent as they are
+_SMALL_PIECE = 16 * 1024
 #: pieces gathered by one sendmsg call (below Linux's IOV_MAX of 1024)
 _IOV_MAX = 512
 _NO_PORT = "Cannot transfer FlowFiles because no port was specified"
@@ -152,7 +158,9 @@ class RawConnection:
         self.version = 0
         self.handshake: raw.RawHandshake | None = None
         self.codec = False
+        #: what waits to be sent: large pieces as they are, runs of small ones gathered in _small
         self._out: list[bytes | bytearray | memoryview] = []
+        self._small = bytearray()
         self._out_size = 0
         #: bytes received on this connection so far (faults count them)
         self.bytes_in = 0
@@ -178,9 +186,9 @@ class RawConnection:
                 raise TimeoutError(f"no complete message within {within:g} s")
             self._receive(left)
 
-    def _receive(self, timeout: float) -> None:
+    def _receive(self, timeout: float, size: int = READ_SIZE) -> None:
         self.sock.settimeout(timeout)
-        data = self.sock.recv(READ_SIZE)
+        data = self.sock.recv(size)
         if data:
             self.bytes_in += len(data)
             self.reader.feed(data)
@@ -189,12 +197,21 @@ class RawConnection:
 
     def _send(self, data: bytes | bytearray | memoryview, *, flush: bool = True) -> None:
         if data:
-            self._out.append(data)
+            if len(data) < _SMALL_PIECE:
+                self._small += data
+            else:
+                if self._small:
+                    self._out.append(self._small)
+                    self._small = bytearray()
+                self._out.append(data)
             self._out_size += len(data)
         if flush or self._out_size >= SEND_BUFFER:
             self._flush()
 
     def _flush(self) -> None:
+        if self._small:
+            self._out.append(self._small)
+            self._small = bytearray()
         if not self._out:
             return
         self.sock.settimeout(self.idle_timeout)
@@ -366,7 +383,7 @@ class RawConnection:
                 if isinstance(ev, NeedData):
                     if fault is not None and fault.kind == "drop_mid_body" and self.bytes_in - base >= fault.after_bytes:
                         raise _Close()
-                    self._receive(self.idle_timeout)
+                    self._receive(self.idle_timeout, READ_SIZE if upload.in_packet else PACKET_READ_SIZE)
                     continue
                 if isinstance(ev, raw.PacketsFinished):
                     checksum = ev.checksum
@@ -480,6 +497,9 @@ class RawConnection:
                 buf, start, end = ff.wire
                 for piece in writer.encoded_packet([memoryview(buf)[start:end]]):
                     self._send(piece, flush=False)
+                continue
+            if ff.size < _SMALL_PIECE:  # one piece: header and content encoded together
+                self._send(writer.packet(ff.attributes, ff.content.read_all()), flush=False)
                 continue
             self._send(writer.begin(ff.attributes, ff.size), flush=False)
             for piece in ff.content.chunks():

@@ -491,3 +491,76 @@ def test_encoder_and_listener_agree_on_the_checksum(srv: ServerThread) -> None:
         assert theirs == ours == enc.checksum
         peer.send(raw.CONFIRM_OK)
         assert peer.read(peer.reader.read_response).code is ResponseCode.TRANSACTION_FINISHED
+
+
+def test_receive_whose_client_stops_reading_is_ended_and_rolled_back(srv: ServerThread) -> None:
+    srv.admin.enqueue("out2", count=4, size=4 << 20)
+    with RawPeer(raw_port(srv)) as peer:
+        peer.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        peer.open(srv.port_id("out2"))
+        peer.send(raw.encode_request(raw.RequestType.RECEIVE_FLOWFILES))
+        # never read: the server's writes stop making progress and the idle timeout ends them
+        _wait(lambda: srv.admin.transactions()[-1]["finishedAt"] is not None, timeout=60)
+    assert srv.admin.transactions()[-1]["outcome"] == "failed: download connection broke"
+    assert srv.admin.queued("out2") == 4
+
+
+# -- the command line ---------------------------------------------------------------------------
+
+
+def _free_pair() -> int:
+    """A port P with P and P+1 free at the time of asking."""
+    for _ in range(50):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            p = a.getsockname()[1]
+            if p >= 65535:
+                continue
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", p + 1))
+                except OSError:
+                    continue
+        return int(p)
+    raise AssertionError("no two adjacent free ports")
+
+
+def test_fixed_raw_port_node_k_listens_on_port_plus_k() -> None:
+    base = _free_pair()
+    with ServerThread("--input-port", "in", "--raw-port", str(base), nodes=2) as srv:
+        assert [raw_port(srv, k) for k in range(2)] == [base, base + 1]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--raw-port", "65535", "--nodes", "2"], "--raw-port 65535 --nodes 2: node 1 would need RAW port 65536, above 65535"),
+        (["--raw-port", "9000", "--port", "9001", "--nodes", "2"], "the RAW and HTTP port ranges overlap"),
+        (["--raw-port", "70000"], "expected a TCP port number 0-65535"),
+    ],
+)
+def test_bad_raw_port_is_refused_naming_the_flag(argv: list[str], message: str) -> None:
+    import argparse
+
+    from pyspark_s2s.errors import UsageError
+    from pyspark_s2s.server.cli import add_arguments, build_app
+
+    parser = argparse.ArgumentParser(prog="s2s serve", exit_on_error=False)
+    add_arguments(parser)
+    with pytest.raises((UsageError, argparse.ArgumentError)) as info:
+        build_app(parser.parse_args(["--input-port", "in", *argv]))
+    assert message in str(info.value)
+
+
+def test_transaction_expired_before_the_confirmation_is_not_committed(srv: ServerThread) -> None:
+    with RawPeer(raw_port(srv)) as peer:
+        peer.open(srv.port_id("in2"))
+        theirs, ours = peer.send_packets(FLOWFILES)
+        assert theirs == ours
+        held = [t for t in srv.admin.transactions() if t["finishedAt"] is None]
+        assert [t["state"] for t in held] == ["HELD"]
+        srv.admin.expire(held[0]["id"])  # as if its TTL had passed while the client waited
+        peer.send(raw.CONFIRM_OK)
+        assert peer.rest() == b""  # closed without TRANSACTION_FINISHED: the client knows it failed
+    assert srv.admin.transaction(held[0]["id"])["outcome"] == "expired"
+    assert srv.admin.queued("in2") == 0
