@@ -549,6 +549,7 @@ def scan_ends(
     *,
     max_content: int = _MAX_CONTENT_LENGTH,
     max_header: int = _MAX_CONTENT_LENGTH,
+    separator: bytes = b"",
 ) -> tuple[int, array[int], array[int]]:
     """The one bulk reader of the packet layout (the server's upload and the client's Arrow
     receive both use it): index up to ``max_packets`` complete packets of ``buf`` from ``start``.
@@ -564,6 +565,10 @@ def scan_ends(
     negative one looks like an unfinished packet (the per-packet decoder names it); an
     attribute count outside ``0..max_attributes`` or a negative content length raises
     :class:`ProtocolError`. The CRC is not computed here.
+
+    ``separator`` (RAW Site-to-Site's CONTINUE_TRANSACTION): every packet after the first must
+    follow it; the scan stops where a packet is not followed by the whole separator. It belongs
+    to no packet: the offsets skip it, and the returned offset is the end of the last packet.
     """
     ends = array("q")
     counts = array("q")
@@ -574,8 +579,13 @@ def scan_ends(
     i64 = _I64.unpack_from
     size = len(buf)
     stop = size - 12  # a packet takes at least 12 bytes
-    p = start
+    p = end = start
+    sep_len = len(separator)
     for _ in range(max_packets):
+        if sep_len and counts:
+            if not buf.startswith(separator, p):
+                break
+            p += sep_len
         if p > stop:
             break
         try:
@@ -603,10 +613,10 @@ def scan_ends(
             break  # content not complete yet
         app(q)
         capp(cnt)
-        p = q
+        p = end = q
     # drop what an incomplete last packet appended
     del ends[2 * (sum(counts) + len(counts)) :]
-    return p, ends, counts
+    return end, ends, counts
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,6 +79,8 @@ import struct
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate, chain, repeat
+from operator import sub
 from typing import Final, TypeVar
 
 from pyspark_s2s.errors import ChecksumMismatch, ProtocolError
@@ -1099,39 +1101,29 @@ class RawReader:
                 return None
             buf = bytes(view)
         max_attributes, max_header, inline = self._decoder_limits
-        cont = _CONTINUE
-        spans: list[tuple[int, int]] = []
-        all_ends: array[int] = array("q")
-        all_counts: array[int] = array("q")
-        p = 0
-        out_len = 0
-        stop_at_code = False
-        while len(spans) < max_packets:
-            try:
-                q, ends, counts = scan_ends(buf, 1, max_attributes, p, max_content=inline, max_header=max_header)
-            except ProtocolError:
-                break  # read_packet_event names the error exactly
-            if not counts:
-                break
-            delta = out_len - p
-            all_ends.extend([e + delta for e in ends])
-            all_counts.append(counts[0])
-            spans.append((p, q))
-            out_len += q - p
-            if buf.startswith(cont, q):
-                p = q + 3
-                continue
-            p = q  # FINISH, CANCEL, something else or not there yet: read_packet_event reads it
-            stop_at_code = True
-            break
-        if not spans:
+        try:
+            end, ends, counts = scan_ends(buf, max_packets, max_attributes, 0, max_content=inline,
+                                          max_header=max_header, separator=_CONTINUE)
+        except ProtocolError:
+            return None  # read_packet_event decodes up to the bad packet and names the error
+        n = len(counts)
+        if not n:
             return None
+        # packet i ends at its last offset; the next one starts 3 bytes (the CONTINUE) later
+        lasts = list(accumulate([2 * c + 2 for c in counts]))
+        stops = [ends[j - 1] for j in lasts]
+        starts = [0, *[e + 3 for e in stops[:-1]]]
         view = memoryview(buf)
-        data = b"".join([view[a:b] for a, b in spans])
-        dec.skip_packets(p, data, len(spans))
-        if stop_at_code:
+        data = b"".join(map(view.__getitem__, map(slice, starts, stops)))
+        # back to back: packet i moves 3 * i bytes to the front
+        all_ends = array("q", map(sub, ends, chain.from_iterable(repeat(3 * i, 2 * c + 2) for i, c in enumerate(counts))))
+        if buf.startswith(_CONTINUE, end):
+            consumed = end + 3
+        else:  # FINISH, CANCEL, something else or not all there yet: for read_packet_event
+            consumed = end
             self._section = _Section.INDICATOR
-        return PacketRun(data, all_ends, all_counts)
+        dec.skip_packets(consumed, data, n)
+        return PacketRun(data, all_ends, counts)
 
     def _packet_event(self, dec: PacketDecoder) -> PacketEvent:
         while True:
