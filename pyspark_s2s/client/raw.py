@@ -34,6 +34,7 @@ import ssl
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
@@ -69,6 +70,7 @@ from pyspark_s2s.protocol.codec import (
     NeedData,
     PacketEnd,
     PacketStart,
+    decode_packets,
 )
 from pyspark_s2s.protocol.codes import Direction, ResponseCode
 from pyspark_s2s.protocol.peers import PeerStatus
@@ -916,6 +918,7 @@ class RawReceiveTransaction(_RawTransaction):
         super().__init__(**kw)
         self.has_data = False
         self._requested = False
+        self._queued: deque[DataPacket] = deque()
         self._mode: str | None = None
         self._streaming: StreamedPacket | None = None
         self._checksum = 0
@@ -947,7 +950,19 @@ class RawReceiveTransaction(_RawTransaction):
                 "receive() and receive_record_batch() cannot be mixed in one transaction", **self._ctx())
 
     def _next_event(self) -> Any:
+        queued = self._queued
+        if queued:
+            return queued.popleft()
         reader = self._conn.reader
+        if reader.in_packets and not self.use_compression:
+            # whole small packets already received come in bulk (their CRC taken in one call)
+            try:
+                run = reader.read_packet_run()
+            except S2SError as exc:
+                raise self._fail(exc.with_context(peer=self.peer_url)) from None
+            if run is not None:
+                queued.extend(decode_packets(run.data))
+                return queued.popleft()
         ev = self._read(reader.read_packet_event, "the next packet")
         if isinstance(ev, Response):  # a CANCEL: NiFi's server never sends one on RECEIVE
             raise self._fail(self._unexpected(ev, "packets and CONTINUE/FINISH_TRANSACTION"))
