@@ -413,3 +413,50 @@ def test_refusals_and_bad_answers_name_the_peer(answers: list[bytes], error: typ
         peer.close()
     assert text in str(info.value)
     assert info.value.peer == f"nifi://127.0.0.1:{peer.port}"
+
+
+def test_batch_count_hint_reaches_the_server(c2: ServerProcess) -> None:
+    c2.admin.enqueue("out2", [({"i": str(i)}, b"x") for i in range(5)], node=0)
+    with raw_client(c2, "out2", batchCount=2) as r:
+        node0 = next(p for p, _ in r.peer_statuses("receive", refresh=True) if p.flow_file_count == 5)
+        sizes = []
+        for _ in range(3):
+            with r.create_transaction("receive", peer=node0) as rx:
+                sizes.append(len(list(rx)))
+                rx.confirm()
+                rx.complete()
+    assert sizes == [2, 2, 1]
+
+
+def test_a_silent_peer_times_out_naming_it() -> None:
+    from pyspark_s2s.errors import S2STimeoutError
+
+    peer = _ScriptedPeer([b""])  # reads the proposal, answers nothing
+    try:
+        transport = _transport()
+        object.__setattr__(transport.config, "timeout", 0.5)
+        with pytest.raises(S2STimeoutError) as info:
+            transport.connect(_peer(peer.port), "port-1")
+    finally:
+        peer.close()
+    assert info.value.peer == f"nifi://127.0.0.1:{peer.port}"
+    assert "sent nothing for 0.5 s" in str(info.value)
+
+
+def test_peer_address_map_reaches_an_advertised_name_elsewhere() -> None:
+    from pyspark_s2s.protocol import raw
+    from pyspark_s2s.protocol.peers import PeerStatus
+    from pyspark_s2s.protocol.urls import PeerAddressMap
+
+    peer = _ScriptedPeer([b"\x14", raw.encode_response(ResponseCode.PROPERTIES_OK)])
+    try:
+        transport = _transport()
+        object.__setattr__(transport.config, "peer_address_map",
+                           PeerAddressMap.parse(f"nifi-0.invalid:10443=127.0.0.1:{peer.port}"))
+        conn = transport.connect(PeerStatus("nifi-0.invalid", 10443, False, 0), "port-1")
+        assert conn.name == "nifi://nifi-0.invalid:10443"  # errors and logs keep the advertised name
+        conn.shutdown()
+    finally:
+        peer.close()
+    # the transit URI prefix sent is the advertised peer URL
+    assert b"nifi://nifi-0.invalid:10443" in peer.received
