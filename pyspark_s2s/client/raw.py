@@ -398,7 +398,8 @@ class RawTransport:
             return
         code = response.code
         port = port_label or port_id
-        text = f"{conn.name} refused the handshake for port {port}: {code.name} ({int(code)})"
+        text = f"{conn.name} refused the handshake" + (f" for port {port}" if port else "") + \
+            f": {code.name} ({int(code)})"
         if response.message:
             text += f": {response.message}"
         cls = _HANDSHAKE_ERRORS.get(code)
@@ -512,11 +513,10 @@ class RawTransport:
 
         Peers are marked queryable only when the negotiated version is 6 or more (NiFi's
         ``PeerSelector`` keeps only those)."""
-        conn = self.connect(peer, None)
+        # NiFi's client names the port here only below version 5 (pass ``port_id`` for such a
+        # listener); from 5 on the handshake of a peer-list connection names none
+        conn = self.connect(peer, port_id)
         try:
-            if conn.version < 5 and port_id is not None:  # pragma: no cover - servers older than NiFi 1.0
-                conn.shutdown()
-                conn = self.connect(peer, port_id)
             conn.send(encode_request(RequestType.REQUEST_PEER_LIST))
             peers: list[PeerStatus] = conn.read(conn.reader.read_peer_list, "the peer list")
         finally:
