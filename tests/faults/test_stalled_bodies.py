@@ -196,16 +196,18 @@ def test_stalled_uploads_do_not_keep_others_from_being_served(srv: ServerProcess
 
 
 def test_download_whose_client_stops_reading_is_ended_and_rolled_back(srv: ServerProcess) -> None:
-    # 16 MiB waiting; the client asks for it and never reads: the server's writes make no progress
-    # once the socket buffers are full, and the idle timeout ends the download
-    srv.admin.enqueue("out", count=4, size=4 << 20)
+    # 32 MiB waiting (far more than both sides' socket buffers hold); the client asks for it and
+    # never reads: the server's writes make no progress, and the idle timeout ends the download
+    srv.admin.enqueue("out", count=4, size=8 << 20)
     path = f"/nifi-api/data-transfer/output-ports/{srv.port_id('out')}/transactions"
     with socket.create_connection(("127.0.0.1", _port(srv)), timeout=WAIT) as sock:
         sock.sendall(f"POST {path} HTTP/1.1\r\nHost: t\r\n{V}Content-Length: 0\r\nConnection: close\r\n\r\n".encode())
         answer = _read_all(sock)
     tx = answer.split(b"\r\n\r\n", 1)[0].decode("latin-1").lower().split("location:", 1)[1].split("\r\n", 1)[0].strip().rsplit("/", 1)[1]
-    with socket.create_connection(("127.0.0.1", _port(srv)), timeout=WAIT) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: a small window
+        sock.settimeout(WAIT)
+        sock.connect(("127.0.0.1", _port(srv)))
         sock.sendall(f"GET {path}/{tx}/flow-files HTTP/1.1\r\nHost: t\r\n{V}\r\n".encode())
         deadline = time.monotonic() + WAIT
         while srv.admin.transaction(tx)["finishedAt"] is None and time.monotonic() < deadline:

@@ -30,8 +30,13 @@ _T = TypeVar("_T")
 class RawPeer:
     """One RAW connection to a listener on 127.0.0.1."""
 
-    def __init__(self, port: int, *, context: ssl.SSLContext | None = None, timeout: float = 30.0) -> None:
-        sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    def __init__(self, port: int, *, context: ssl.SSLContext | None = None, timeout: float = 30.0,
+                 rcvbuf: int | None = None) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf is not None:  # before connecting, so that the TCP window is small too
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        sock.settimeout(timeout)
+        sock.connect(("127.0.0.1", port))
         if context is not None:
             sock = context.wrap_socket(sock, server_hostname="localhost")
         self.sock = sock

@@ -494,9 +494,9 @@ def test_encoder_and_listener_agree_on_the_checksum(srv: ServerThread) -> None:
 
 
 def test_receive_whose_client_stops_reading_is_ended_and_rolled_back(srv: ServerThread) -> None:
-    srv.admin.enqueue("out2", count=4, size=4 << 20)
-    with RawPeer(raw_port(srv)) as peer:
-        peer.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    # 32 MiB: far more than the socket buffers of both sides can hold
+    srv.admin.enqueue("out2", count=4, size=8 << 20)
+    with RawPeer(raw_port(srv), rcvbuf=4096) as peer:
         peer.open(srv.port_id("out2"))
         peer.send(raw.encode_request(raw.RequestType.RECEIVE_FLOWFILES))
         # never read: the server's writes stop making progress and the idle timeout ends them
