@@ -300,8 +300,12 @@ def test_tls_send_receive_with_the_https_key_material(tls_raw: ServerProcess) ->
         assert s.site_info().secure is True
         assert all(p.secure for p, _ in s.peer_statuses("send"))
         assert s.send([(b"secret-free payload", {"filename": "t"})]).flow_files == 1
+        # the TLS connection is pooled and carries the next transaction too
+        node = s.peer_statuses("send")[0][0]
+        assert _send_one(s, node, b"second") == _send_one(s, node, b"third")
         packets, done = r.receive()
-    assert [p.content for p in packets] == [b"secret-free payload"] and done.peer.startswith("nifi://")
+    assert sorted(p.content for p in packets) == [b"second", b"secret-free payload", b"third"]
+    assert done.peer.startswith("nifi://")
 
 
 def test_tls_without_client_certificate_fails_cleanly(tls_raw: ServerProcess) -> None:

@@ -625,6 +625,7 @@ _READS: list[str] = [
     "peers",
     "packets",
     "packets-gzip",
+    "packet-runs",
 ]
 
 
@@ -644,8 +645,9 @@ def test_reader_any_bytes_gives_messages_or_protocol_error(kind: str, data: byte
         "peers": reader.read_peer_list,
         "packets": reader.read_packet_event,
         "packets-gzip": reader.read_packet_event,
+        "packet-runs": lambda: reader.read_packet_run() or reader.read_packet_event(),
     }
-    if kind.startswith("packets"):
+    if kind.startswith("packet"):
         reader.start_packets(kind.endswith("gzip"))
     read = reads[kind]
     fed = 0
@@ -658,12 +660,12 @@ def test_reader_any_bytes_gives_messages_or_protocol_error(kind: str, data: byte
                 assert kind == "packets-gzip" or reader.buffered <= fed
                 if got is NEED_DATA:
                     break
-                if isinstance(got, (PacketsFinished, Response)) and kind.startswith("packets"):
+                if isinstance(got, (PacketsFinished, Response)) and kind.startswith("packet"):
                     return
         if eof:
             reader.end_of_stream()
             while read() is not NEED_DATA:
-                if kind.startswith("packets") and not reader.in_packets:
+                if kind.startswith("packet") and not reader.in_packets:
                     return
     except ProtocolError:
         pass
@@ -727,3 +729,30 @@ def test_wire_packets_match_packet_by_packet() -> None:
         assert bulk.checksum == one.checksum and bulk.packets == 3
         assert _join(_read_section(got + bulk.finish(), compress, 1000))[:3] == pkts
     assert RawPacketWriter().wire_packets([]) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(section_packets, st.integers(min_value=0), st.integers(min_value=0, max_value=255),
+       st.sampled_from([1, 7, 100000]), st.booleans())
+def test_mutated_sections_give_packets_or_protocol_error(
+    pkts: list[tuple[dict[str, str], bytes]], where: int, value: int, step: int, runs: bool
+) -> None:
+    """A valid section with one byte changed, read with or without the bulk path: packets and an
+    end, or ProtocolError (or the reader waits for more), never anything else."""
+    writer = RawPacketWriter()
+    wire = bytearray(b"".join(writer.packet(a, c) for a, c in pkts) + writer.finish())
+    wire[where % len(wire)] = value
+    reader = RawReader(max_header_bytes=4096, inline_content_limit=64)
+    reader.start_packets(False)
+    try:
+        for chunk in _chunks(bytes(wire), step):
+            reader.feed(chunk)
+            while True:
+                got = (runs and reader.read_packet_run()) or reader.read_packet_event()
+                assert reader.buffered <= len(wire)
+                if got is NEED_DATA:
+                    break
+                if isinstance(got, (PacketsFinished, Response)):
+                    return
+    except ProtocolError:
+        pass
