@@ -68,3 +68,15 @@ def test_batch_commit_mode_needs_http(spark: Any, cluster: ServerProcess) -> Non
          .option("transportProtocol", "RAW").option("commitMode", "batch").mode("append").save())
     assert "commitMode=batch needs transportProtocol HTTP" in str(info.value)
     assert sum(cluster.admin.queued("in", node=k) for k in range(2)) == 0
+
+
+def test_batch_commit_mode_with_raw_is_refused_when_the_options_are_read() -> None:
+    from pyspark_s2s.errors import ConfigError
+    from pyspark_s2s.spark.options import SparkOptions
+
+    with pytest.raises(ConfigError) as info:
+        SparkOptions.parse({"url": "http://127.0.0.1:9/nifi", "portName": "in", "transportProtocol": "raw",
+                            "commitMode": "batch"})
+    assert info.value.option == "commitMode" and "transportProtocol HTTP" in str(info.value)
+    raw = SparkOptions.parse({"url": "http://127.0.0.1:9/nifi", "portName": "in", "transportprotocol": "RAW"})
+    assert raw.client.transport_protocol == "RAW" and raw.commit_mode == "task"
