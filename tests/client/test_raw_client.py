@@ -464,3 +464,15 @@ def test_peer_address_map_reaches_an_advertised_name_elsewhere() -> None:
         peer.close()
     # the transit URI prefix sent is the advertised peer URL
     assert b"nifi://nifi-0.invalid:10443" in peer.received
+
+
+def test_peer_persistence_file_says_raw(c2: ServerProcess, tmp_path: Any) -> None:
+    path = tmp_path / "peers.txt"
+    with raw_client(c2, "in", peerPersistenceFile=str(path)) as s:
+        assert s.refresh_peers()
+    lines = path.read_text().splitlines()
+    assert lines[0] == "RAW"
+    with raw_client(c2, "in", peerPersistenceFile=str(path)) as again:
+        # restored at start, before any query: both nodes with their RAW ports
+        restored = sorted(p.port for p in again._parts()[2].peers)
+        assert len(restored) == 2 and again.site_info().raw_port in restored
