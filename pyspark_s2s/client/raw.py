@@ -128,6 +128,8 @@ SEND_CHUNK = 256 << 10
 _DIRECT = 64 << 10
 #: slices large content (and file-likes) are handed to the socket in
 _SLICE = 256 << 10
+#: received content up to this size arrives whole in one event, larger content in chunks
+_INLINE = 64 << 10
 
 _T = TypeVar("_T")
 _ids = itertools.count(1)
@@ -175,7 +177,9 @@ class RawConnection:
         self.peer = peer
         self.name = raw_peer_name(peer)
         self.timeout = timeout
-        self.reader = RawReader()
+        # content above 64 KiB streams through the packet decoder without being gathered in its
+        # buffer first (as the HTTP receive does)
+        self.reader = RawReader(inline_content_limit=_INLINE)
         self.communications_id = str(uuid.uuid4())
         self.version = 0
         self.port_id: str | None = None
