@@ -65,8 +65,10 @@ TARGETS_PER_S = {
     "small receive -> Arrow": 250_000.0,
 }
 ARROW_TARGET = 500_000.0
-GROUPS = ("small", "concurrent", "durable", "large", "arrow", "plain", "huge")
-DEFAULT_GROUPS = ("small", "concurrent", "durable", "large", "huge", "arrow")
+GROUPS = ("small", "concurrent", "durable", "large", "arrow", "plain", "huge", "raw")
+DEFAULT_GROUPS = ("small", "concurrent", "durable", "large", "huge", "arrow", "raw")
+#: issue 21: RAW against HTTP in the same run (ratio = RAW's rate / HTTP's rate)
+RAW_TARGETS = {"small send": 1.0, "small receive": 1.0, "large send": 0.9, "large receive": 0.9}
 
 
 # -- subprocesses ------------------------------------------------------------------------------
@@ -385,11 +387,13 @@ class CpuMeter:
 class S2S:
     """Client-side measurements against the reference server (input port routed to output port)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, transport: str = "HTTP") -> None:
         from pyspark_s2s.client import SiteToSiteClient, SiteToSiteClientConfig
 
-        self.send_client: Any = SiteToSiteClient(SiteToSiteClientConfig(urls=url, port_name=IN_PORT, timeout=120))
-        self.recv_client: Any = SiteToSiteClient(SiteToSiteClientConfig(urls=url, port_name=OUT_PORT, timeout=120))
+        self.send_client: Any = SiteToSiteClient(SiteToSiteClientConfig(
+            urls=url, port_name=IN_PORT, timeout=120, transport_protocol=transport))
+        self.recv_client: Any = SiteToSiteClient(SiteToSiteClientConfig(
+            urls=url, port_name=OUT_PORT, timeout=120, transport_protocol=transport))
 
     def close(self) -> None:
         self.send_client.close()
@@ -590,6 +594,49 @@ def bench_arrow_end_to_end(s2s: S2S, n: int, repeat: int, meter: CpuMeter, name:
                note="MiB/s without the server's added attributes")
 
 
+# -- RAW next to HTTP ------------------------------------------------------------------------------
+
+
+def bench_raw(url: str, cases: list[tuple[str, int, dict[str, str], bytes]], repeat: int, meter: CpuMeter
+              ) -> list[Row]:
+    """The same send and receive over RAW sockets and over HTTP against one server (started with
+    ``--raw-port``), alternated run by run (which transport goes first alternates too), medians of
+    ``repeat``. In these rows "plain MiB/s" is the HTTP client's rate and the ratio RAW / HTTP."""
+    http = S2S(url)
+    raw = S2S(url, transport="RAW")
+    rows: list[Row] = []
+    try:
+        for s2s in (http, raw):  # connections, imports and peer lists before the clock runs
+            s2s.send(1, {"warm": "up"}, b"x")
+            s2s.receive(1)
+        for name, n, attrs, content in cases:
+            secs: dict[tuple[str, str], list[float]] = {}
+            wire = packet_bytes(n, attrs, content)
+            recv_wire = 0
+            for run in range(max(1, repeat)):
+                order = [("HTTP", http), ("RAW", raw)]
+                if run % 2:
+                    order.reverse()
+                for label, s2s in order:
+                    with meter.measure(f"{name} send {label}"):
+                        secs.setdefault(("send", label), []).append(s2s.send(n, attrs, content))
+                    with meter.measure(f"{name} receive {label}"):
+                        took, recv_wire = s2s.receive(n)
+                    secs.setdefault(("receive", label), []).append(took)
+            for what, nbytes in (("send", wire), ("receive", recv_wire)):
+                rows.append(Row(
+                    f"{name} {what}, RAW", n, nbytes, statistics.median(secs[(what, "RAW")]),
+                    plain_secs=statistics.median(secs[(what, "HTTP")]),
+                    target=RAW_TARGETS.get(f"{name} {what}"),
+                    server_us=meter.us_per(f"{name} {what} RAW", n),
+                    note=f"plain = HTTP client, same server and run (HTTP server {meter.us_per(f'{name} {what} HTTP', n) or 0:.1f} µs/FF)",
+                ))
+    finally:
+        http.close()
+        raw.close()
+    return rows
+
+
 # -- concurrent client streams -------------------------------------------------------------------
 
 
@@ -785,6 +832,13 @@ def main(argv: list[str] | None = None) -> int:
                             row.name += f", {label}"
                         rows += huge_rows
                         peaks.append(f"{note} ({label})")
+        if "raw" in groups:
+            with start_s2s_server(["--raw-port", "0"]) as server:
+                big = (bytes(range(256)) * 4096) * args.large_mib
+                rows += bench_raw(server.url, [("small", args.small, SMALL_ATTRS, SMALL_CONTENT),
+                                               ("large", args.large, {"filename": "large.bin"}, big)],
+                                  args.repeat, CpuMeter(server.pid))
+                server_peak("raw", server)
         if "arrow" in groups:
             rows += arrow_decode(args.arrow, args.repeat)
     print(format_table(rows))

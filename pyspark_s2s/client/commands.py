@@ -90,6 +90,10 @@ def _add_connection_options(p: argparse.ArgumentParser, *, port: bool) -> None:
                    help="rewrite advertised peer addresses, e.g. nifi-0:8443=localhost:18443")
     p.add_argument("--peer-persistence-file", metavar="FILE",
                    help="save the peer list here and start from it when the URLs are down")
+    p.add_argument("--transport", choices=("HTTP", "RAW"), type=str.upper,
+                   help="HTTP (default): Site-to-Site over HTTP(S) requests; RAW: NiFi's socket protocol on "
+                        "the port the site information names (remoteSiteListeningPort). --url stays the "
+                        "HTTP(S) URL either way")
     tls = p.add_argument_group("TLS (client certificate and trusted CAs)")
     tls.add_argument("--keystore", metavar="FILE",
                      help="client certificate and key: PKCS12 (.p12/.pfx) or PEM (certificate chain [+ key])")
@@ -136,6 +140,7 @@ _FLAG_OPTIONS: tuple[tuple[str, str], ...] = (
         ("timeout", "timeout"),
         ("peer_map", "peerAddressMap"),
         ("peer_persistence_file", "peerPersistenceFile"),
+        ("transport", "transportProtocol"),
         ("keystore", "keystoreFilename"),
         ("keystore_type", "keystoreType"),
         ("key", "keyFilename"),
@@ -729,7 +734,8 @@ def peers(args: argparse.Namespace) -> int:
     try:
         client.site_info()  # raises with the reason when no URL answers
         if not client.refresh_peers():
-            raise CommandError(f"no peer answered GET /site-to-site/peers (bootstrap URLs: {args.url})")
+            asked = "REQUEST_PEER_LIST (RAW)" if client.is_raw else "GET /site-to-site/peers"
+            raise CommandError(f"no peer answered {asked} (bootstrap URLs: {args.url})")
         statuses = client.peer_statuses(args.direction)
     finally:
         _close(client)

@@ -34,6 +34,7 @@ import ssl
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
@@ -69,6 +70,7 @@ from pyspark_s2s.protocol.codec import (
     NeedData,
     PacketEnd,
     PacketStart,
+    decode_packets,
 )
 from pyspark_s2s.protocol.codes import Direction, ResponseCode
 from pyspark_s2s.protocol.peers import PeerStatus
@@ -126,6 +128,8 @@ SEND_CHUNK = 256 << 10
 _DIRECT = 64 << 10
 #: slices large content (and file-likes) are handed to the socket in
 _SLICE = 256 << 10
+#: received content up to this size arrives whole in one event, larger content in chunks
+_INLINE = 64 << 10
 
 _T = TypeVar("_T")
 _ids = itertools.count(1)
@@ -173,7 +177,9 @@ class RawConnection:
         self.peer = peer
         self.name = raw_peer_name(peer)
         self.timeout = timeout
-        self.reader = RawReader()
+        # content above 64 KiB streams through the packet decoder without being gathered in its
+        # buffer first (as the HTTP receive does)
+        self.reader = RawReader(inline_content_limit=_INLINE)
         self.communications_id = str(uuid.uuid4())
         self.version = 0
         self.port_id: str | None = None
@@ -396,7 +402,8 @@ class RawTransport:
             return
         code = response.code
         port = port_label or port_id
-        text = f"{conn.name} refused the handshake for port {port}: {code.name} ({int(code)})"
+        text = f"{conn.name} refused the handshake" + (f" for port {port}" if port else "") + \
+            f": {code.name} ({int(code)})"
         if response.message:
             text += f": {response.message}"
         cls = _HANDSHAKE_ERRORS.get(code)
@@ -443,6 +450,7 @@ class RawTransport:
         """A handshaken connection for ``port_id`` on ``peer``: an idle pooled one when there is
         one still usable (idle for less than ``idleExpiration``, not closed by the peer), else a
         new one."""
+        self.sweep()
         key = (peer.hostname, peer.port, port_id)
         expired: list[RawConnection] = []
         found: RawConnection | None = None
@@ -509,11 +517,10 @@ class RawTransport:
 
         Peers are marked queryable only when the negotiated version is 6 or more (NiFi's
         ``PeerSelector`` keeps only those)."""
-        conn = self.connect(peer, None)
+        # NiFi's client names the port here only below version 5 (pass ``port_id`` for such a
+        # listener); from 5 on the handshake of a peer-list connection names none
+        conn = self.connect(peer, port_id)
         try:
-            if conn.version < 5 and port_id is not None:  # pragma: no cover - servers older than NiFi 1.0
-                conn.shutdown()
-                conn = self.connect(peer, port_id)
             conn.send(encode_request(RequestType.REQUEST_PEER_LIST))
             peers: list[PeerStatus] = conn.read(conn.reader.read_peer_list, "the peer list")
         finally:
@@ -915,6 +922,7 @@ class RawReceiveTransaction(_RawTransaction):
         super().__init__(**kw)
         self.has_data = False
         self._requested = False
+        self._queued: deque[DataPacket] = deque()
         self._mode: str | None = None
         self._streaming: StreamedPacket | None = None
         self._checksum = 0
@@ -946,7 +954,19 @@ class RawReceiveTransaction(_RawTransaction):
                 "receive() and receive_record_batch() cannot be mixed in one transaction", **self._ctx())
 
     def _next_event(self) -> Any:
+        queued = self._queued
+        if queued:
+            return queued.popleft()
         reader = self._conn.reader
+        if reader.in_packets and not self.use_compression:
+            # whole small packets already received come in bulk (their CRC taken in one call)
+            try:
+                run = reader.read_packet_run()
+            except S2SError as exc:
+                raise self._fail(exc.with_context(peer=self.peer_url)) from None
+            if run is not None:
+                queued.extend(decode_packets(run.data))
+                return queued.popleft()
         ev = self._read(reader.read_packet_event, "the next packet")
         if isinstance(ev, Response):  # a CANCEL: NiFi's server never sends one on RECEIVE
             raise self._fail(self._unexpected(ev, "packets and CONTINUE/FINISH_TRANSACTION"))
@@ -1013,10 +1033,16 @@ class RawReceiveTransaction(_RawTransaction):
 
     def receive_record_batch(self, max_rows: int = 16384, max_bytes: int = 64 << 20) -> pa.RecordBatch | None:
         """Up to ``max_rows`` FlowFiles (stopping after ``max_bytes`` of content) as one Arrow
-        record batch ``(content binary, attributes map<string,string>)``; None at the end."""
-        import pyarrow as pa
+        record batch ``(content binary, attributes map<string,string>)``; None at the end.
 
-        from pyspark_s2s.client.arrow import ARROW_SCHEMA
+        Whole small packets already received are indexed in bulk (``RawReader.read_packet_run``)
+        and their columns built with Arrow kernels over the received bytes, as the HTTP path
+        does; the packet that spans a read, large content and compressed sections go through the
+        per-packet decoder."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from pyspark_s2s.client.arrow import ARROW_SCHEMA, ends_to_record_batch
 
         if max_rows <= 0:
             raise ValueError("max_rows must be positive")
@@ -1025,12 +1051,31 @@ class RawReceiveTransaction(_RawTransaction):
                 return None
             self._check(ClientEvent.RECEIVE_PACKET)
         self._set_mode("batches")
-        contents: list[bytes] = []
-        offsets = [0]
-        keys: list[str] = []
-        values: list[str] = []
-        size = 0
-        while len(contents) < max_rows and size < max_bytes:
+        reader = self._conn.reader
+        parts: list[pa.RecordBatch] = []
+        packets: list[DataPacket] = []
+        rows = size = 0
+
+        def flush_packets() -> None:
+            if packets:
+                parts.append(pa.RecordBatch.from_arrays(
+                    [pa.array([p.content for p in packets], pa.binary()),
+                     pa.array([list(p.attributes.items()) for p in packets], pa.map_(pa.string(), pa.string()))],
+                    schema=ARROW_SCHEMA))
+                packets.clear()
+
+        while rows < max_rows and size < max_bytes:
+            try:
+                run = reader.read_packet_run(max_rows - rows)
+            except S2SError as exc:
+                raise self._fail(exc.with_context(peer=self.peer_url)) from None
+            if run is not None:
+                flush_packets()
+                batch = ends_to_record_batch(run.data, run.ends, run.counts)
+                parts.append(batch)
+                rows += run.count
+                size += pc.sum(pc.binary_length(batch.column(0))).as_py() or 0
+                continue
             ev = self._next_event()
             if isinstance(ev, PacketsFinished):
                 self._ended(ev)
@@ -1044,21 +1089,16 @@ class RawReceiveTransaction(_RawTransaction):
                 ev = DataPacket(ev.attributes, b"".join(chunks))
             if not isinstance(ev, DataPacket):
                 raise self._fail(ProtocolError(f"unexpected decoder event {ev!r}"))
-            if self._machine.state is ClientState.STARTED:
-                self._handle(ClientEvent.RECEIVE_PACKET)
-            contents.append(ev.content)
-            keys.extend(ev.attributes)
-            values.extend(ev.attributes.values())
-            offsets.append(len(keys))
+            packets.append(ev)
+            rows += 1
             size += len(ev.content)
-        if not contents:
+        flush_packets()
+        if not rows:
             return None
-        batch = pa.RecordBatch.from_arrays(
-            [pa.array(contents, pa.binary()),
-             pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(keys, pa.string()),
-                                     pa.array(values, pa.string()))],
-            schema=ARROW_SCHEMA)
-        self.flow_files += len(contents)
+        if self._machine.state is ClientState.STARTED:
+            self._handle(ClientEvent.RECEIVE_PACKET)
+        batch = parts[0] if len(parts) == 1 else pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
+        self.flow_files += rows
         self.bytes += size
         return batch
 

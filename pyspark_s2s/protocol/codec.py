@@ -323,6 +323,25 @@ class PacketDecoder:
             return True
         return False
 
+    @property
+    def between_packets(self) -> bool:
+        """True when no packet is partly decoded (buffered bytes may follow)."""
+        return not (self._direct or self._streaming or self._pending is not None)
+
+    def skip_packets(self, n: int, packet_data: bytes | bytearray | memoryview, packets: int) -> None:
+        """At a packet boundary: drop ``n`` buffered bytes that the caller read itself and that
+        held ``packets`` whole packets, ``packet_data`` being their bytes without whatever
+        separated them: those count into the CRC and the counters as if decoded here (RAW
+        Site-to-Site's bulk path, which reads packets and the codes between them in one pass)."""
+        self._check_boundary("skip_packets()")
+        if not 0 <= n <= len(self._buf) - self._pos:
+            raise ValueError(f"cannot skip {n} of {len(self._buf) - self._pos} buffered bytes")
+        self._pos += n
+        self._need = 4
+        self._crc = crc32(packet_data, self._crc)
+        self._consumed += len(packet_data)
+        self._packets += packets
+
     def take_buffered(self) -> bytes:
         """At a packet boundary: remove and return the bytes fed but not decoded yet (for a
         transport whose packets are followed by something else; counters and CRC unchanged)."""
@@ -530,6 +549,7 @@ def scan_ends(
     *,
     max_content: int = _MAX_CONTENT_LENGTH,
     max_header: int = _MAX_CONTENT_LENGTH,
+    separator: bytes = b"",
 ) -> tuple[int, array[int], array[int]]:
     """The one bulk reader of the packet layout (the server's upload and the client's Arrow
     receive both use it): index up to ``max_packets`` complete packets of ``buf`` from ``start``.
@@ -545,6 +565,10 @@ def scan_ends(
     negative one looks like an unfinished packet (the per-packet decoder names it); an
     attribute count outside ``0..max_attributes`` or a negative content length raises
     :class:`ProtocolError`. The CRC is not computed here.
+
+    ``separator`` (RAW Site-to-Site's CONTINUE_TRANSACTION): every packet after the first must
+    follow it; the scan stops where a packet is not followed by the whole separator. It belongs
+    to no packet: the offsets skip it, and the returned offset is the end of the last packet.
     """
     ends = array("q")
     counts = array("q")
@@ -555,8 +579,13 @@ def scan_ends(
     i64 = _I64.unpack_from
     size = len(buf)
     stop = size - 12  # a packet takes at least 12 bytes
-    p = start
+    p = end = start
+    sep_len = len(separator)
     for _ in range(max_packets):
+        if sep_len and counts:
+            if not buf.startswith(separator, p):
+                break
+            p += sep_len
         if p > stop:
             break
         try:
@@ -584,10 +613,10 @@ def scan_ends(
             break  # content not complete yet
         app(q)
         capp(cnt)
-        p = q
+        p = end = q
     # drop what an incomplete last packet appended
     del ends[2 * (sum(counts) + len(counts)) :]
-    return p, ends, counts
+    return end, ends, counts
 
 
 @dataclass(frozen=True, slots=True)

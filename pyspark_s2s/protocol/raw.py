@@ -76,11 +76,15 @@ from __future__ import annotations
 import enum
 import re
 import struct
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate, chain, repeat
+from operator import sub
 from typing import Final, TypeVar
 
 from pyspark_s2s.errors import ChecksumMismatch, ProtocolError
+from pyspark_s2s.protocol._crc import crc32
 from pyspark_s2s.protocol.codec import (
     DEFAULT_INLINE_CONTENT_LIMIT,
     DEFAULT_MAX_HEADER_BYTES,
@@ -91,14 +95,19 @@ from pyspark_s2s.protocol.codec import (
     NeedData,
     PacketDecoder,
     PacketEnd,
+    PacketRun,
     PacketStart,
     encode_packet_header,
     scan_ends,
 )
 from pyspark_s2s.protocol.codes import ResponseCode
-from pyspark_s2s.protocol.compression import DEFAULT_MAX_CHUNK, FRAME_END, FrameReader
+from pyspark_s2s.protocol.compression import (
+    DEFAULT_MAX_CHUNK,
+    FRAME_END,
+    FrameReader,
+    FrameWriter,
+)
 from pyspark_s2s.protocol.peers import PeerStatus
-from pyspark_s2s.protocol.stream import PacketStreamEncoder
 
 __all__ = [
     "CODEC_RESOURCE",
@@ -443,75 +452,152 @@ class RawPacketWriter:
 
     ``packet(attributes, content)`` returns the bytes of one packet (a compression frame of its
     own with ``compress``), preceded by CONTINUE_TRANSACTION unless it is the first;
-    ``begin`` / ``content`` / ``end`` do the same for content that streams; ``encoded_packet``
-    takes a packet the caller encoded itself. ``finish()`` returns FINISH_TRANSACTION; at least
-    one packet must come first (NiFi's client refuses to confirm an empty transaction, and a
-    sender of RECEIVE_FLOWFILES answers NO_MORE_DATA instead). ``checksum`` is the CRC the
-    receiver must confirm.
+    ``append_packet`` appends the same to a caller's buffer; ``begin`` / ``content`` / ``end`` do
+    it for content that streams; ``encoded``, ``encoded_packet`` and ``wire_packets`` take packets
+    the caller encoded itself. ``finish()`` returns FINISH_TRANSACTION; at least one packet must
+    come first (NiFi's client refuses to confirm an empty transaction, and a sender of
+    RECEIVE_FLOWFILES answers NO_MORE_DATA instead). ``checksum`` is the CRC32 of the uncompressed
+    packet bytes (never the markers), the value the receiver must confirm.
     """
 
     _CONTINUE: Final = _RC + b"\x0a"
     _FINISH: Final = _RC + b"\x0b"
 
     def __init__(self, compress: bool = False) -> None:
-        self._enc = PacketStreamEncoder(compress)
+        self.compress = compress
+        self._crc = 0
+        self._packets = 0
+        self._left: int | None = None  # content bytes still expected while a packet streams
+        self._frame: FrameWriter | None = None
         self._finished = False
 
     @property
     def checksum(self) -> int:
-        return self._enc.checksum
+        return self._crc
 
     @property
     def packets(self) -> int:
-        return self._enc.packets
+        return self._packets
 
     @property
-    def compress(self) -> bool:
-        return self._enc.compress
+    def in_packet(self) -> bool:
+        return self._left is not None
 
     def _lead(self) -> bytes:
         if self._finished:
             raise ProtocolError("packet written after FINISH_TRANSACTION")
-        return self._CONTINUE if self._enc.packets else b""
+        if self._left is not None:
+            raise ProtocolError("a new packet while the previous one is still open")
+        return self._CONTINUE if self._packets else b""
 
     def packet(self, attributes: Mapping[str, str], content: bytes | bytearray | memoryview) -> bytes:
-        return self._lead() + self._enc.packet(attributes, content)
-
-    def begin(self, attributes: Mapping[str, str], content_length: int) -> bytes:
-        lead = self._lead()
-        return lead + self._enc.begin(attributes, content_length)
-
-    def content(self, chunk: bytes | bytearray | memoryview) -> bytes:
-        return self._enc.content(chunk)
-
-    def end(self) -> bytes:
-        return self._enc.end()
-
-    def encoded_packet(
-        self, pieces: Sequence[bytes | bytearray | memoryview]
-    ) -> list[bytes | bytearray | memoryview]:
-        """One packet the caller encoded (its uncompressed codec bytes as ``pieces``); returns
-        the wire pieces, CONTINUE first where needed."""
-        lead = self._lead()
-        out = self._enc.encoded_packet(pieces)
-        return [lead, *out] if lead else out
+        out = bytearray()
+        self.append_packet(out, attributes, content)
+        return bytes(out)
 
     def append_packet(
         self, out: bytearray, attributes: Mapping[str, str], content: bytes | bytearray | memoryview
     ) -> None:
-        """The fast path of :meth:`packet` for a sender that gathers its writes: the packet's
-        wire bytes (CONTINUE first where needed) are appended to ``out``."""
+        """Append one whole packet's wire bytes (CONTINUE first where needed) to ``out``."""
         lead = self._lead()
-        if self._enc.compress:
-            out += lead
-            out += self._enc.packet(attributes, content)
-            return
         header = encode_packet_header(attributes, len(content))
+        crc = crc32(header, self._crc)
+        self._crc = crc32(content, crc)
+        self._packets += 1
         out += lead
-        out += header
-        out += content
-        self._enc.encoded(header, 0)
-        self._enc.encoded(content, 1)
+        if self.compress:
+            frame = FrameWriter()
+            out += frame.write(header)
+            out += frame.write(content)
+            out += frame.close()
+        else:
+            out += header
+            out += content
+
+    def begin(self, attributes: Mapping[str, str], content_length: int) -> bytes:
+        lead = self._lead()
+        header = encode_packet_header(attributes, content_length)
+        self._crc = crc32(header, self._crc)
+        self._left = content_length
+        if self.compress:
+            self._frame = FrameWriter()
+            return lead + self._frame.write(header)
+        return lead + header
+
+    def content(self, chunk: bytes | bytearray | memoryview) -> bytes | bytearray | memoryview:
+        if self._left is None:
+            raise ProtocolError("content() called outside a packet")
+        if len(chunk) > self._left:
+            raise ProtocolError(
+                f"packet content longer than its declared length ({self._left} bytes left, got {len(chunk)})"
+            )
+        self._left -= len(chunk)
+        self._crc = crc32(chunk, self._crc)
+        if self._frame is not None:
+            return self._frame.write(chunk)
+        return chunk
+
+    def end(self) -> bytes:
+        if self._left is None:
+            raise ProtocolError("end() called outside a packet")
+        if self._left:
+            raise ProtocolError(f"packet content is {self._left} bytes shorter than declared")
+        self._left = None
+        self._packets += 1
+        if self._frame is not None:
+            tail = self._frame.close()
+            self._frame = None
+            return tail
+        return b""
+
+    def encoded_packet(
+        self, pieces: Sequence[bytes | bytearray | memoryview]
+    ) -> list[bytes | bytearray | memoryview]:
+        """One whole packet the caller encoded (its uncompressed codec bytes as ``pieces``, in
+        order); returns the wire pieces, CONTINUE first where needed (with compression: the
+        packet as one frame)."""
+        lead = self._lead()
+        out: list[bytes | bytearray | memoryview] = [lead] if lead else []
+        frame = FrameWriter() if self.compress else None
+        crc = self._crc
+        for piece in pieces:
+            crc = crc32(piece, crc)
+            if frame is None:
+                out.append(piece)
+            else:
+                wire = frame.write(piece)
+                if wire:
+                    out.append(wire)
+        if frame is not None:
+            out.append(frame.close())
+        self._crc = crc
+        self._packets += 1
+        return out
+
+    def wire_packets(
+        self, packets: Sequence[bytes | bytearray | memoryview]
+    ) -> list[bytes | bytearray | memoryview]:
+        """Bulk :meth:`encoded_packet`: each element one whole uncompressed packet (e.g. a slice
+        of a buffer the server keeps FlowFiles in); returns the wire pieces with CONTINUE between
+        them (not copied without compression)."""
+        if self.compress:
+            return [piece for packet in packets for piece in self.encoded_packet([packet])]
+        if not packets:
+            return []
+        lead = self._lead()
+        cont = self._CONTINUE
+        crc = self._crc
+        out: list[bytes | bytearray | memoryview] = []
+        append = out.append
+        for packet in packets:
+            append(cont)
+            append(packet)
+            crc = crc32(packet, crc)
+        if not lead:
+            del out[0]
+        self._crc = crc
+        self._packets += len(packets)
+        return out
 
     def encoded(
         self, parts: Sequence[bytes | bytearray | memoryview], packets: int
@@ -520,7 +606,7 @@ class RawPacketWriter:
         in order, cut anywhere into ``parts``), checksummed and counted as if :meth:`packet` had
         made them; returns the wire pieces with CONTINUE between the packets. Not with
         compression (each packet must be its own frame: see :meth:`encoded_packet`)."""
-        if self._enc.compress:
+        if self.compress:
             raise ProtocolError("pre-encoded packets cannot be sent with compression (one frame per packet)")
         lead = self._lead()
         plain = b"".join(parts)
@@ -530,7 +616,8 @@ class RawPacketWriter:
                 f"pre-encoded data holds {len(counts)} whole packets in {end} of its {len(plain)} bytes; "
                 f"{packets} packets were announced"
             )
-        self._enc.encoded(plain, packets)
+        self._crc = crc32(plain, self._crc)
+        self._packets += packets
         view = memoryview(plain)
         out: list[bytes | memoryview] = []
         start = 0
@@ -546,9 +633,9 @@ class RawPacketWriter:
         return out
 
     def finish(self) -> bytes:
-        if self._enc.in_packet:
+        if self._left is not None:
             raise ProtocolError("FINISH_TRANSACTION while a packet is still open")
-        if not self._enc.packets:
+        if not self._packets:
             raise ProtocolError("a RAW transaction needs at least one packet before FINISH_TRANSACTION")
         if self._finished:
             raise ProtocolError("FINISH_TRANSACTION sent twice")
@@ -993,6 +1080,50 @@ class RawReader:
         except ProtocolError:
             self._failed = True
             raise
+
+    def read_packet_run(self, max_packets: int = 8192) -> PacketRun | None:
+        """Bulk path of :meth:`read_packet_event` for uncompressed sections: the whole packets
+        buffered now (content up to the inline limit, at most ``max_packets``), each with the
+        CONTINUE_TRANSACTION after it consumed, as one :class:`~pyspark_s2s.protocol.codec.PacketRun`
+        whose ``data`` holds the packets back to back (the markers removed), checksummed and
+        counted. None when the next thing is for :meth:`read_packet_event` (an incomplete, large
+        or malformed packet, a code other than CONTINUE, a compressed section). The two may be
+        mixed freely."""
+        if self._failed:
+            raise ProtocolError("RAW reader already failed")
+        dec = self._decoder
+        if dec is None:
+            raise ProtocolError("read_packet_run() without start_packets()")
+        if self._frames is not None or self._section is not _Section.PACKET or not dec.between_packets:
+            return None
+        with dec.peek_buffered() as view:
+            if len(view) < 12:
+                return None
+            buf = bytes(view)
+        max_attributes, max_header, inline = self._decoder_limits
+        try:
+            end, ends, counts = scan_ends(buf, max_packets, max_attributes, 0, max_content=inline,
+                                          max_header=max_header, separator=_CONTINUE)
+        except ProtocolError:
+            return None  # read_packet_event decodes up to the bad packet and names the error
+        n = len(counts)
+        if not n:
+            return None
+        # packet i ends at its last offset; the next one starts 3 bytes (the CONTINUE) later
+        lasts = list(accumulate([2 * c + 2 for c in counts]))
+        stops = [ends[j - 1] for j in lasts]
+        starts = [0, *[e + 3 for e in stops[:-1]]]
+        view = memoryview(buf)
+        data = b"".join(map(view.__getitem__, map(slice, starts, stops)))
+        # back to back: packet i moves 3 * i bytes to the front
+        all_ends = array("q", map(sub, ends, chain.from_iterable(repeat(3 * i, 2 * c + 2) for i, c in enumerate(counts))))
+        if buf.startswith(_CONTINUE, end):
+            consumed = end + 3
+        else:  # FINISH, CANCEL, something else or not all there yet: for read_packet_event
+            consumed = end
+            self._section = _Section.INDICATOR
+        dec.skip_packets(consumed, data, n)
+        return PacketRun(data, all_ends, counts)
 
     def _packet_event(self, dec: PacketDecoder) -> PacketEvent:
         while True:

@@ -193,6 +193,11 @@ class SparkOptions:
                               "the node)", option="routingAttribute")
         if parsed.routing_attribute is not None and parsed.routing != "attribute":
             raise ConfigError("routingAttribute applies only with routing=attribute", option="routingAttribute")
+        if parsed.commit_mode == "batch" and client.transport_protocol == "RAW":
+            # the driver commits by transaction URL; a RAW transaction lives on its connection
+            raise ConfigError("commitMode=batch needs transportProtocol HTTP: a RAW transaction lives on "
+                              "its executor's connection and cannot be committed by the driver",
+                              option="commitMode")
         return parsed
 
     def require_staging(self) -> str:

@@ -625,6 +625,7 @@ _READS: list[str] = [
     "peers",
     "packets",
     "packets-gzip",
+    "packet-runs",
 ]
 
 
@@ -644,8 +645,9 @@ def test_reader_any_bytes_gives_messages_or_protocol_error(kind: str, data: byte
         "peers": reader.read_peer_list,
         "packets": reader.read_packet_event,
         "packets-gzip": reader.read_packet_event,
+        "packet-runs": lambda: reader.read_packet_run() or reader.read_packet_event(),
     }
-    if kind.startswith("packets"):
+    if kind.startswith("packet"):
         reader.start_packets(kind.endswith("gzip"))
     read = reads[kind]
     fed = 0
@@ -658,12 +660,99 @@ def test_reader_any_bytes_gives_messages_or_protocol_error(kind: str, data: byte
                 assert kind == "packets-gzip" or reader.buffered <= fed
                 if got is NEED_DATA:
                     break
-                if isinstance(got, (PacketsFinished, Response)) and kind.startswith("packets"):
+                if isinstance(got, (PacketsFinished, Response)) and kind.startswith("packet"):
                     return
         if eof:
             reader.end_of_stream()
             while read() is not NEED_DATA:
-                if kind.startswith("packets") and not reader.in_packets:
+                if kind.startswith("packet") and not reader.in_packets:
+                    return
+    except ProtocolError:
+        pass
+
+
+# -- bulk paths ----------------------------------------------------------------------------------
+
+
+def _read_mixed(wire: bytes, step: int, inline: int) -> tuple[list[tuple[dict[str, str], bytes]], Any]:
+    """Read a section with read_packet_run where it applies and read_packet_event otherwise."""
+    from pyspark_s2s.protocol.codec import decode_packets
+
+    reader = RawReader(inline_content_limit=inline)
+    reader.start_packets(False)
+    source = _chunks(wire, step)
+    events: list[Any] = []
+    while True:
+        run = reader.read_packet_run()
+        if run is not None:
+            assert run.count == len(run.counts) and len(run.ends) == sum(2 * c + 2 for c in run.counts)
+            events += decode_packets(run.data)
+            continue
+        ev = reader.read_packet_event()
+        if ev is NEED_DATA:
+            reader.feed(source.pop(0))
+            continue
+        events.append(ev)
+        if isinstance(ev, (PacketsFinished, Response)):
+            return _join(events), ev
+
+
+@settings(max_examples=80, deadline=None)
+@given(section_packets, st.sampled_from([1, 5, 64, 100000]), st.sampled_from([0, 16, 1 << 20]))
+def test_packet_runs_agree_with_events(pkts: list[tuple[dict[str, str], bytes]], step: int, inline: int) -> None:
+    writer = RawPacketWriter()
+    wire = b"".join(writer.packet(a, c) for a, c in pkts) + writer.finish()
+    got, end = _read_mixed(wire, step, inline)
+    assert got == pkts
+    assert end == PacketsFinished(len(pkts), writer.checksum)
+
+
+def test_packet_run_of_the_worked_example_and_ends() -> None:
+    reader = RawReader()
+    reader.start_packets(False)
+    reader.feed(h(PACKET_HEX) + h("52 43 0A") + h(PACKET_HEX) + h(FINISH_HEX))
+    run = reader.read_packet_run()
+    assert run is not None and run.data == h(PACKET_HEX) * 2 and list(run.counts) == [1, 1]
+    assert list(run.ends) == [4, 16, 25, 38, 42, 54, 63, 76]
+    assert reader.read_packet_run() is None  # FINISH is for read_packet_event
+    assert reader.read_packet_event() == PacketsFinished(2, zlib.crc32(h(PACKET_HEX) * 2))
+
+
+def test_wire_packets_match_packet_by_packet() -> None:
+    pkts = [({"filename": "a.txt"}, b"hello"), ({}, b""), ({"k": "v"}, b"x" * 70000)]
+    for compress in (False, True):
+        one, bulk = RawPacketWriter(compress), RawPacketWriter(compress)
+        expected = b"".join(one.packet(a, c) for a, c in pkts)
+        got = b"".join(bulk.wire_packets([encode_packet(a, c) for a, c in pkts]))
+        if not compress:
+            assert got == expected
+        assert bulk.checksum == one.checksum and bulk.packets == 3
+        assert _join(_read_section(got + bulk.finish(), compress, 1000))[:3] == pkts
+    assert RawPacketWriter().wire_packets([]) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(section_packets, st.integers(min_value=0), st.integers(min_value=0, max_value=255),
+       st.sampled_from([1, 7, 100000]), st.booleans())
+def test_mutated_sections_give_packets_or_protocol_error(
+    pkts: list[tuple[dict[str, str], bytes]], where: int, value: int, step: int, runs: bool
+) -> None:
+    """A valid section with one byte changed, read with or without the bulk path: packets and an
+    end, or ProtocolError (or the reader waits for more), never anything else."""
+    writer = RawPacketWriter()
+    wire = bytearray(b"".join(writer.packet(a, c) for a, c in pkts) + writer.finish())
+    wire[where % len(wire)] = value
+    reader = RawReader(max_header_bytes=4096, inline_content_limit=64)
+    reader.start_packets(False)
+    try:
+        for chunk in _chunks(bytes(wire), step):
+            reader.feed(chunk)
+            while True:
+                got = (runs and reader.read_packet_run()) or reader.read_packet_event()
+                assert reader.buffered <= len(wire)
+                if got is NEED_DATA:
+                    break
+                if isinstance(got, (PacketsFinished, Response)):
                     return
     except ProtocolError:
         pass
