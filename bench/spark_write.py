@@ -79,7 +79,8 @@ def arrow_batch(n: int, size: int) -> Any:
 def client_arrow_send(url: str, n: int, size: int) -> float:
     """The client fed by the sink's encoder (record batches of up to 10 000 rows, as Spark sends)."""
     from pyspark_s2s.client import SiteToSiteClient
-    from pyspark_s2s.spark.sink import EncodedRows, TaskIds
+    from pyspark_s2s.client.arrow import EncodedRows
+    from pyspark_s2s.spark.sink_task import ATTR_SEQUENCE, TaskIds
 
     step = 10_000 if size < MIB else 16
     content, attributes = arrow_batch(min(n, step), size)
@@ -90,7 +91,7 @@ def client_arrow_send(url: str, n: int, size: int) -> float:
         sent = 0
         while sent < n:
             k = min(step, n - sent)
-            rows = EncodedRows(content.slice(0, k), attributes.slice(0, k), ids, sent)
+            rows = EncodedRows(content.slice(0, k), attributes.slice(0, k), ids.fixed_attributes(), ATTR_SEQUENCE, sent)
             tx.send_encoded(rows.parts(0, k), k, k * size)
             sent += k
         tx.confirm()
@@ -146,15 +147,16 @@ def register_count_sink(spark: Any) -> None:
 
 def encode_only(n: int) -> tuple[float, float]:
     """(per-row core encoder rows/s, Arrow encoder rows/s) for small FlowFiles, in memory."""
+    from pyspark_s2s.client.arrow import encode_packets
     from pyspark_s2s.protocol.stream import PacketStreamEncoder
-    from pyspark_s2s.spark.sink import TaskIds, encode_packets
+    from pyspark_s2s.spark.sink_task import ATTR_SEQUENCE, TaskIds
 
     content, attributes = arrow_batch(10_000, len(SMALL))
     ids = TaskIds("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", "12", 3, 0)
     rounds = max(1, n // 10_000)
     t0 = time.perf_counter()
     for r in range(rounds):
-        encode_packets(content, attributes, ids, r * 10_000)
+        encode_packets(content, attributes, ids.fixed_attributes(), ATTR_SEQUENCE, r * 10_000)
     arrow_rate = rounds * 10_000 / (time.perf_counter() - t0)
     enc = PacketStreamEncoder()
     own = {"spark.query.id": ids.query_id, "spark.batch.id": "12", "spark.partition.id": "3",
