@@ -1,6 +1,7 @@
 """The ``nifi-s2s`` sink: Spark rows into a NiFi input port (``df.write`` / ``df.writeStream``).
 
-Owns: the accepted input columns (:func:`check_sink_schema`) and the writers Spark instantiates
+Owns: the accepted input columns (:func:`check_sink_schema`; in record mode
+:func:`record_write_spec`, which checks every column's type on the driver) and the writers Spark instantiates
 (:class:`NiFiStreamWriter`, :class:`NiFiBatchWriter`), which hand each task to the executor
 side (:mod:`pyspark_s2s.spark.sink_task`) and ``commit`` / ``abort`` to the driver side
 (:mod:`pyspark_s2s.spark.commitlog`). The packet layout is the client's
@@ -21,9 +22,12 @@ from pyspark.sql.datasource import (
     DataSourceStreamArrowWriter,
     WriterCommitMessage,
 )
-from pyspark.sql.types import BinaryType, MapType, StringType, StructType
+from pyspark.sql.types import BinaryType, MapType, StringType, StructField, StructType
 
 from pyspark_s2s.errors import ConfigError
+from pyspark_s2s.records import RECORD_FORMATS
+from pyspark_s2s.records.types import avro_names, check_field, check_partition_field
+from pyspark_s2s.records.write import RecordWriteSpec
 from pyspark_s2s.spark.commitlog import (
     CommitLog,
     SinkCommitMessage,
@@ -36,10 +40,12 @@ from pyspark_s2s.spark.sink_task import (
     SinkLayout,
     TaskIds,
     write_partition,
+    write_record_partition,
 )
 
 __all__ = [
     "SINK_ATTRIBUTES",
+    "SOURCE_METADATA_COLUMNS",
     "CommitLog",
     "NiFiBatchWriter",
     "NiFiStreamWriter",
@@ -47,17 +53,31 @@ __all__ = [
     "TaskIds",
     "check_sink_schema",
     "commit_handles",
+    "record_write_spec",
 ]
 
 
 # -- columns -----------------------------------------------------------------------------------
 
 
+#: the source's metadata columns (``spark.schema.SOURCE_SCHEMA``) that the sink takes and leaves out,
+#: so that a DataFrame read by the source is written as it is (docs/spark-sink.md says why)
+SOURCE_METADATA_COLUMNS = ("uuid", "peer", "transactionId", "receivedAt")
+
+
+def _is_source_metadata(field: StructField) -> bool:
+    from pyspark_s2s.spark.schema import SOURCE_SCHEMA
+
+    return field.name in SOURCE_METADATA_COLUMNS and field.dataType == SOURCE_SCHEMA[field.name].dataType
+
+
 def check_sink_schema(schema: StructType) -> SinkLayout:
     """Accept ``content`` (binary or string, required) and ``attributes`` (map<string,string>,
-    optional); refuse anything else with a message that says how to build ``content``."""
+    optional), and leave out the source's metadata columns (:data:`SOURCE_METADATA_COLUMNS`, with
+    the source's types); refuse anything else with a message that says how to build ``content``."""
     names = [f.name for f in schema.fields]
-    extra = [n for n in names if n not in ("content", "attributes")]
+    extra = [f.name for f in schema.fields
+             if f.name not in ("content", "attributes") and not _is_source_metadata(f)]
     hint = ("The nifi-s2s sink takes the columns content (binary or string: the FlowFile content) and, "
             "optionally, attributes (map<string,string>: the FlowFile attributes). Build them from your "
             "columns, e.g. df.select(to_json(struct(*)).alias('content')) or "
@@ -66,7 +86,8 @@ def check_sink_schema(schema: StructType) -> SinkLayout:
         raise ConfigError(f"no 'content' column (got {schema.simpleString()}). {hint}", option="content")
     if extra:
         raise ConfigError(f"unsupported column(s) {', '.join(map(repr, extra))} (got {schema.simpleString()}). "
-                          f"{hint}", option=extra[0])
+                          f"{hint}; or write every column as a record field with recordFormat "
+                          f"({', '.join(RECORD_FORMATS)})")
     content = schema["content"].dataType
     if not isinstance(content, (BinaryType, StringType)):
         raise ConfigError(f"'content' must be binary or string, not {content.simpleString()}. {hint}",
@@ -82,6 +103,45 @@ def check_sink_schema(schema: StructType) -> SinkLayout:
     return SinkLayout(names.index("content"), attributes)
 
 
+def record_write_spec(opts: SparkOptions, schema: StructType) -> RecordWriteSpec:
+    """Record mode: check every column's type against ``recordFormat`` and the partition columns,
+    on the driver (a type the format cannot hold fails the query before any task runs, naming the
+    column), and fix how tasks write."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    fmt = opts.record_format
+    assert fmt is not None
+    if not schema.fields:
+        raise ConfigError("record mode needs at least one column", option="recordFormat")
+    arrow: list[pa.Field] = []
+    for f in schema.fields:
+        shown = f.dataType.simpleString()
+        if "variant" in shown:
+            raise ConfigError(f"column {f.name!r} ({shown}) cannot be written with recordFormat={fmt}: no NiFi "
+                              "record type holds a variant; turn it into a string with to_json first",
+                              option="recordFormat")
+        try:
+            t = to_arrow_type(f.dataType, timezone="UTC")
+        except (TypeError, ValueError, NotImplementedError) as exc:  # pyspark's message names the type
+            raise ConfigError(f"column {f.name!r} ({shown}) cannot be written with recordFormat={fmt}: "
+                              f"{exc}", option="recordFormat") from None
+        check_field(f.name, t, fmt, shown)
+        arrow.append(pa.field(f.name, t))
+    arrow_schema = pa.schema(arrow)
+    avro_names(arrow_schema.names)  # two columns that become one field name are refused here
+    for name in opts.partition_columns or ():
+        field = next((f for f in schema.fields if f.name == name), None)
+        check_partition_field(name, None if field is None else arrow_schema.field(name).type,
+                              None if field is None else field.dataType.simpleString())
+    write_schema = opts.write_schema_attribute
+    if write_schema is None:
+        write_schema = fmt in ("json", "csv")
+    return RecordWriteSpec.build(
+        fmt, arrow_schema, header=opts.header, output_grouping=opts.output_grouping,
+        records_per_flow_file=opts.records_per_flow_file, bytes_per_flow_file=opts.bytes_per_flow_file,
+        partition_columns=tuple(opts.partition_columns or ()), attributes=opts.flow_file_attributes,
+        write_schema_attribute=write_schema)
+
 
 # -- the writers Spark instantiates --------------------------------------------------------------
 
@@ -89,13 +149,18 @@ def check_sink_schema(schema: StructType) -> SinkLayout:
 class _NiFiWriter:
     def __init__(self, opts: SparkOptions, schema: StructType, overwrite: bool) -> None:
         self.opts = opts
-        self.layout = check_sink_schema(schema)  # on the driver: a bad column set fails at query start
+        # on the driver: a bad column set or type fails at query start
+        self.records = record_write_spec(opts, schema) if opts.record_format else None
+        self.layout = check_sink_schema(schema) if self.records is None else SinkLayout(0, 1)
         self.overwrite = overwrite  # NiFi ports only take new FlowFiles: every row is sent either way
         #: made once on the driver per writer (per micro-batch / per df.write), shared by its tasks
         self.write_token = uuid.uuid4().hex
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
-        return write_partition(self.opts, self.layout, iterator, TaskIds.current(self.write_token))
+        ids = TaskIds.current(self.write_token)
+        if self.records is not None:
+            return write_record_partition(self.opts, self.records, iterator, ids)
+        return write_partition(self.opts, self.layout, iterator, ids)
 
     def _log(self) -> CommitLog | None:
         location = self.opts.checkpoint_location

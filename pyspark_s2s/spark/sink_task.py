@@ -25,6 +25,7 @@ from pyspark_s2s.client.client import raises_at_once
 from pyspark_s2s.client.transaction import SendTransaction, TransactionHandle
 from pyspark_s2s.errors import NoPeerAvailableError, S2SError
 from pyspark_s2s.protocol.codes import Direction
+from pyspark_s2s.records.write import RecordSetPacker, RecordWriteSpec, flow_files_batch
 from pyspark_s2s.spark.commitlog import SinkCommitMessage, cancel_all
 from pyspark_s2s.spark.options import SparkOptions
 from pyspark_s2s.spark.routing import HashRing, route_values
@@ -40,6 +41,7 @@ __all__ = [
     "SinkLayout",
     "TaskIds",
     "write_partition",
+    "write_record_partition",
 ]
 
 logger = logging.getLogger(__name__)
@@ -320,6 +322,24 @@ class _PartitionWriter:
         if self.keeper is not None:
             self.keeper.stop()
             cancel_all(self.client, self.keeper.handles, self._where())
+
+
+def write_record_partition(opts: SparkOptions, spec: RecordWriteSpec, batches: Iterator[pa.RecordBatch],
+                           ids: TaskIds) -> SinkCommitMessage:
+    """The body of ``write()`` in record mode: rows packed into record-set FlowFiles
+    (:class:`~pyspark_s2s.records.write.RecordSetPacker`), each sent as one FlowFile (with the same
+    routing, transactions and de-duplication attributes as one-row FlowFiles; ``spark.sequence``
+    counts FlowFiles)."""
+    packer = RecordSetPacker(spec)
+
+    def flow_files() -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for ff in packer.add(batch):
+                yield flow_files_batch([ff])
+        for ff in packer.finish():
+            yield flow_files_batch([ff])
+
+    return _PartitionWriter(opts, SinkLayout(0, 1), ids).run(flow_files())
 
 
 def write_partition(opts: SparkOptions, layout: SinkLayout, batches: Iterator[pa.RecordBatch],
