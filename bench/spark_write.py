@@ -1,6 +1,7 @@
 """Spark write end to end next to the client alone, into the same server, same run.
 
-    .venv/bin/python -m bench.spark_write [--small N] [--large N] [--rounds R] [--partitions P]
+    .venv/bin/python -m bench.spark_write [--small N] [--large N] [--records N] [--rounds R] [--partitions P]
+    .venv/bin/python -m bench.spark_write --memory FORMAT [--memory-mb MB]
 
 The reference server runs as a subprocess (input port ``in``, 1 node). Each round, for small
 FlowFiles (100 B of content + 3 attributes, the issue's shape) and 1 MiB FlowFiles:
@@ -13,6 +14,13 @@ FlowFiles (100 B of content + 3 attributes, the issue's shape) and 1 MiB FlowFil
   ``--partitions`` tasks), timed from ``save()`` to its return (job start-up included);
 * spark-noop: the same DataFrame into a Python data source that only counts the Arrow batches it
   gets: what Spark's hand-over to any Python sink costs (the ceiling of the nifi-s2s sink).
+
+Record mode (``--records N`` rows; 0 skips it): a cached DataFrame of 5 columns (long, a
+10-character string, double, boolean, timestamp) written with each ``recordFormat``, next to the
+same rows as one JSON FlowFile each (``to_json(struct(*))``, the one-row-per-FlowFile mode) and
+next to the path's ceiling (the same cached DataFrame into the counting Python sink).
+``--memory FORMAT`` instead writes one record FlowFile of about ``--memory-mb`` MB (no Spark) and
+prints the process's peak resident memory above what it held before the write.
 
 The server's queue is emptied (admin reset) between runs. Prints medians (rows/s, MiB/s of content,
 how busy the server process was: its CPU time over the run's wall time, from /proc) and the ratios
@@ -170,17 +178,128 @@ def encode_only(n: int) -> tuple[float, float]:
     return row_rate, arrow_rate
 
 
+RECORD_FORMATS = ("parquet", "avro", "json", "csv")
+
+
+def records_df(spark: Any, n: int, partitions: int) -> Any:
+    """The record benchmark's rows, cached (so every run hands Spark's writer the same data)."""
+    df = spark.range(n, numPartitions=partitions).selectExpr(
+        "id", "concat('name-', lpad(cast(id % 100000 as string), 5, '0')) as name", "id * 0.5 as value",
+        "id % 2 = 0 as flag", "timestamp_micros(1700000000000000 + id) as ts").cache()
+    df.count()
+    return df
+
+
+def records_write(df: Any, url: str, n: int, fmt: str | None) -> float:
+    """Rows/s of one write: ``fmt`` None is the one-row-per-FlowFile mode, "noop" the ceiling."""
+    t0 = time.perf_counter()
+    if fmt == "noop":
+        df.write.format("bench-count").mode("append").save()
+    else:
+        w = df if fmt else df.selectExpr("to_json(struct(*)) as content")
+        writer = w.write.format("nifi-s2s").option("url", url).option("portName", PORT).option("timeout", "120 sec")
+        if fmt:
+            writer = writer.option("recordFormat", fmt)
+        writer.mode("append").save()
+    return n / (time.perf_counter() - t0)
+
+
+def run_records(spark: Any, url: str, adm: Any, n: int, rounds: int, partitions: int) -> None:
+    df = records_df(spark, n, partitions)
+    kinds: list[str | None] = [*RECORD_FORMATS, None, "noop"]
+    for kind in kinds:  # warm-up: workers, imports, the JVM's code paths
+        records_write(df, url, n, kind)
+        adm.reset()
+    results: dict[str, list[float]] = {}
+    for r in range(rounds):
+        for kind in (kinds if r % 2 == 0 else list(reversed(kinds))):
+            rate = records_write(df, url, n, kind)
+            queued = adm.queued(PORT)
+            if kind != "noop" and not queued:
+                raise RuntimeError(f"{kind}: nothing reached the server")
+            adm.reset()
+            label = kind or "one row per FlowFile"
+            results.setdefault(label, []).append(rate)
+            print(f"round {r + 1} records {label:22}: {rate:>12,.0f} rows/s", flush=True)
+    df.unpersist()
+    med = {k: statistics.median(v) for k, v in results.items()}
+    per_row, ceiling = med["one row per FlowFile"], med["noop"]
+    print(f"\nrecord mode, medians of {rounds} rounds, {n:,} rows of 5 columns, {partitions} Spark tasks, "
+          f"load average {os.getloadavg()[0]:.2f}:")
+    for label, rate in med.items():
+        print(f"  {label:22} {rate:>12,.0f} rows/s   x{rate / per_row:5.1f} of one row per FlowFile   "
+              f"{rate / ceiling:4.2f} of the ceiling")
+
+
+def _rss_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def memory_probe(fmt: str, mb: int) -> int:
+    """Write one record FlowFile of about ``mb`` MB through the client's send path into a server;
+    print the peak resident memory above the baseline (the Arrow rows already held)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from pyspark_s2s.client import SiteToSiteClient
+    from pyspark_s2s.client.arrow import EncodedRows
+    from pyspark_s2s.records.write import RecordWriteSpec, write_record_set
+
+    n = mb * (1 << 20) // 40  # about 40 bytes a row in Avro/Parquet
+    ids = pa.array(range(n), pa.int64())
+    table = pa.table({
+        "id": ids,
+        "name": pc.binary_join_element_wise("name-", pc.utf8_lpad(pc.cast(pc.bit_wise_and(ids, 0xFFFF), pa.string()), 5, "0"), ""),
+        "value": pc.multiply(ids.cast(pa.float64()), 0.5),
+        "flag": pc.equal(pc.bit_wise_and(ids, 1), 0),
+        "ts": pc.add(ids, 1_700_000_000_000_000).cast(pa.timestamp("us", tz="UTC")),
+    })
+    del ids
+    spec = RecordWriteSpec.build(fmt, table.schema, records_per_flow_file=n, bytes_per_flow_file=1 << 40)
+    with ServerSubprocess(["--ttl", "120", "--input-port", PORT], cwd=str(REPO)) as server:
+        Path("/proc/self/clear_refs").write_text("5")  # reset the peak (VmHWM) to the current RSS
+        base = _rss_kib("VmRSS")
+        t0 = time.perf_counter()
+        parts = write_record_set(table, spec)
+        size = sum(memoryview(p).nbytes for p in parts)
+        attrs = pa.array([[("mime.type", spec.mime_type), ("record.count", str(n))]],
+                         pa.map_(pa.string(), pa.string()))
+        rows = EncodedRows(None, attrs, pieces=[parts])
+        del parts
+        with SiteToSiteClient(url=server.url, portName=PORT, timeout=300) as client:
+            tx: Any = client.create_transaction("send")
+            tx.send_encoded(rows.parts(0, 1), 1, size)
+            tx.confirm()
+            tx.complete()
+        seconds = time.perf_counter() - t0
+        peak = _rss_kib("VmHWM")
+    arrow_mb = table.nbytes / 1e6
+    print(f"memory {fmt}: one FlowFile of {size / 1e6:,.0f} MB ({n:,} records, {arrow_mb:,.0f} MB of Arrow rows "
+          f"held before) written and sent in {seconds:.1f} s; peak resident memory "
+          f"{(peak - base) / 1e3:,.0f} MB above the baseline = {(peak - base) * 1024 / size:.2f}x the FlowFile; "
+          f"load average {os.getloadavg()[0]:.2f}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.spark_write", description=__doc__.split("\n")[0])
     ap.add_argument("--small", type=int, default=300_000, help="small FlowFiles per run")
     ap.add_argument("--large", type=int, default=200, help="1 MiB FlowFiles per run")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--partitions", type=int, default=2, help="Spark tasks of the write (default 2: the cores)")
+    ap.add_argument("--records", type=int, default=0, help="rows of the record-mode runs (0: none)")
+    ap.add_argument("--memory", choices=RECORD_FORMATS, help="only the memory probe of one record FlowFile")
+    ap.add_argument("--memory-mb", type=int, default=200)
     args = ap.parse_args(argv)
+    if args.memory:
+        return memory_probe(args.memory, args.memory_mb)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark_s2s.spark.demo import local_session
 
-    row_rate, arrow_rate = encode_only(args.small // 3)
+    row_rate, arrow_rate = encode_only(max(args.small // 3, 10_000))
     print(f"encode small FlowFiles in memory: per-row core encoder {row_rate:,.0f} rows/s, "
           f"Arrow encoder {arrow_rate:,.0f} rows/s ({arrow_rate / row_rate:.1f}x)", flush=True)
     spark = local_session("bench-spark-write")
@@ -190,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
             url = server.url
             adm = admin(url)
             register_count_sink(spark)
+            if args.records:
+                run_records(spark, url, adm, args.records, args.rounds, args.partitions)
             groups = [("small", args.small, len(SMALL)), ("large", args.large, MIB)]
             for group, n, size in groups:  # warm up workers, imports, the JVM's code paths
                 if n:

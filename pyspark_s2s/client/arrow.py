@@ -323,9 +323,9 @@ def _user_attributes(attrs: pa.Array) -> tuple[pa.Array, pa.Array]:
 LARGE_CONTENT = 32 << 10
 
 
-def encode_packets(content: pa.Array, attributes: pa.Array | None, fixed: Sequence[tuple[str, str]] = (),
+def encode_packets(content: pa.Array | None, attributes: pa.Array | None, fixed: Sequence[tuple[str, str]] = (),
                    counter: str | None = None, first: int = 0, *,
-                   with_content: bool = True) -> tuple[pa.Array, pa.Array]:
+                   with_content: bool = True, lengths: pa.Array | None = None) -> tuple[pa.Array, pa.Array]:
     """NiFi packets (``StandardFlowFileCodec`` v1) of a batch of rows, built by Arrow kernels.
 
     Returns ``(packets, content_lengths)``: a large_binary array with one whole packet per row
@@ -335,11 +335,18 @@ def encode_packets(content: pa.Array, attributes: pa.Array | None, fixed: Sequen
     ``map<string,string>`` column; a null map is none, a null value drops its key), then
     ``fixed`` (the same on every row), then ``counter`` (when given) whose value is the row
     number counted from ``first``; later names win where a receiver keeps the last value of a
-    name. Null content is empty content.
+    name. Null content is empty content. ``content`` None: only the headers, for content of
+    ``lengths`` bytes (int64) that the caller sends itself.
     """
-    n = len(content)
-    body = pc.fill_null(content.cast(_BIN), pa.scalar(b"", _BIN))
-    lengths = pc.binary_length(body).cast(pa.int64())
+    body: pa.Array | None = None
+    if content is None:
+        if lengths is None or with_content:
+            raise ValueError("encode_packets without content needs lengths and with_content=False")
+        lengths = lengths.cast(pa.int64())
+    else:
+        body = pc.fill_null(content.cast(_BIN), pa.scalar(b"", _BIN))
+        lengths = pc.binary_length(body).cast(pa.int64())
+    n = len(lengths)
     common = b"".join(_pair(k, v) for k, v in fixed)
     own = len(fixed)
     parts_after: list[Any] = []
@@ -357,6 +364,7 @@ def encode_packets(content: pa.Array, attributes: pa.Array | None, fixed: Sequen
     parts = [_be_binary(counts, 4), user, pa.scalar(common, _BIN), *parts_after, _be_binary(lengths, 8)]
     if with_content:
         parts.append(body)
+    assert lengths is not None
     return pc.binary_join_element_wise(*parts, pa.scalar(b"", _BIN)), lengths
 
 
@@ -366,17 +374,32 @@ class EncodedRows:
     Small content: whole packets in one Arrow buffer (a run of rows is one slice of it). Large
     content (mean at least :data:`LARGE_CONTENT`): the headers are encoded apart and each row's
     content is a slice of Spark's own buffer, so content bytes are never copied by the sink.
+    ``pieces`` instead of ``content`` (None): each row's content is the concatenation of its
+    buffers (a record set written in parts), sent as they are.
     """
 
-    def __init__(self, content: pa.Array, attributes: pa.Array | None, fixed: Sequence[tuple[str, str]] = (),
-                 counter: str | None = None, first: int = 0) -> None:
+    def __init__(self, content: pa.Array | None, attributes: pa.Array | None,
+                 fixed: Sequence[tuple[str, str]] = (), counter: str | None = None, first: int = 0, *,
+                 pieces: Sequence[Sequence[Any]] | None = None) -> None:
+        self.pieces: list[list[memoryview]] | None = None
+        if content is None:
+            if pieces is None:
+                raise ValueError("EncodedRows needs content or pieces")
+            self.pieces = [[m for m in (memoryview(p).cast("B") for p in row) if m.nbytes] for row in pieces]
+            sizes = pa.array([sum(m.nbytes for m in row) for row in self.pieces], pa.int64())
+            self.large = True
+            self.packets, lengths = encode_packets(None, attributes, fixed, counter, first, with_content=False,
+                                                   lengths=sizes)
+            self.content = None
+            self.lengths: list[int] = lengths.to_pylist()
+            return
         n = len(content)
         total = (pc.sum(pc.binary_length(content)).as_py() or 0) if n else 0
         self.large = bool(n) and total >= LARGE_CONTENT * n
         self.packets, lengths = encode_packets(content, attributes, fixed, counter, first,
                                                with_content=not self.large)
         self.content = content.cast(_BIN) if self.large else None
-        self.lengths: list[int] = lengths.to_pylist()
+        self.lengths = lengths.to_pylist()
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -387,31 +410,32 @@ class EncodedRows:
         out.large = self.large
         out.packets = self.packets.filter(mask)
         out.content = self.content.filter(mask) if self.content is not None else None
+        out.pieces = None if self.pieces is None else \
+            [row for row, keep in zip(self.pieces, mask.to_pylist(), strict=True) if keep]
         out.lengths = pc.filter(pa.array(self.lengths, pa.int64()), mask).to_pylist()
         return out
+
+    def _content(self, i: int) -> list[memoryview]:
+        if self.pieces is not None:
+            return self.pieces[i]
+        assert self.content is not None
+        return [packet_slices(self.content, i, i + 1)] if self.lengths[i] else []
 
     def packet_parts(self, start: int, stop: int) -> list[list[bytes | memoryview]]:
         """The wire bytes of rows ``start:stop``, one list per row (a compressed transaction
         frames each packet apart); no copy."""
-        if self.content is None:
+        if not self.large:
             return [[packet_slices(self.packets, i, i + 1)] for i in range(start, stop)]
-        out: list[list[bytes | memoryview]] = []
-        for i in range(start, stop):
-            row: list[bytes | memoryview] = [packet_slices(self.packets, i, i + 1)]
-            if self.lengths[i]:
-                row.append(packet_slices(self.content, i, i + 1))
-            out.append(row)
-        return out
+        return [[packet_slices(self.packets, i, i + 1), *self._content(i)] for i in range(start, stop)]
 
     def parts(self, start: int, stop: int) -> list[bytes | memoryview]:
         """The wire bytes of rows ``start:stop``, in order, as few buffers as possible (no copy)."""
-        if self.content is None:
+        if not self.large:
             return [packet_slices(self.packets, start, stop)]
         out: list[bytes | memoryview] = []
         for i in range(start, stop):
             out.append(packet_slices(self.packets, i, i + 1))
-            if self.lengths[i]:
-                out.append(packet_slices(self.content, i, i + 1))
+            out.extend(self._content(i))
         return out
 
 

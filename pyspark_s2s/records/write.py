@@ -20,7 +20,7 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +43,7 @@ __all__ = [
     "RecordFlowFile",
     "RecordSetPacker",
     "RecordWriteSpec",
-    "flow_files_batch",
+    "record_set_bytes",
     "write_record_set",
 ]
 
@@ -209,10 +209,9 @@ def _read_long(buf: memoryview, pos: int) -> tuple[int, int]:
             return (value >> 1) ^ -(value & 1), pos
 
 
-def _container_with_schema(data: memoryview, schema_json: str) -> bytes:
-    """An Avro object container file's bytes with its header's ``avro.schema`` replaced (the
-    header: magic, a metadata map of string to bytes, a 16-byte sync marker; the blocks after it
-    are kept as they are). The new schema must describe the same binary layout."""
+def _container_parts(data: memoryview) -> tuple[dict[str, bytes], bytes, int]:
+    """(metadata, sync marker, offset of the first block) of an Avro object container file: the
+    magic ``Obj\\x01``, a metadata map of string to bytes, a 16-byte sync marker."""
     if bytes(data[:4]) != b"Obj\x01":
         raise ValueError("the Avro writer did not produce an object container file")
     pos = 4
@@ -231,22 +230,62 @@ def _container_with_schema(data: memoryview, schema_json: str) -> bytes:
             vlen, pos = _read_long(data, pos)
             meta[key] = bytes(data[pos:pos + vlen])
             pos += vlen
-    sync = bytes(data[pos:pos + 16])
-    meta["avro.schema"] = schema_json.encode()
-    meta.setdefault("avro.codec", b"null")
+    return meta, bytes(data[pos:pos + 16]), pos + 16
+
+
+def _container_header(meta: dict[str, bytes], sync: bytes) -> bytes:
     head = bytearray(b"Obj\x01")
     head += _zigzag(len(meta))
     for k, v in meta.items():
         head += _zigzag(len(k.encode())) + k.encode() + _zigzag(len(v)) + v
-    head += _zigzag(0) + sync
-    out = bytearray(len(head) + len(data) - pos - 16)
-    out[: len(head)] = head
-    out[len(head):] = data[pos + 16:]
-    return bytes(out) if len(out) < (1 << 20) else out  # type: ignore[return-value]
+    return bytes(head + _zigzag(0) + sync)
 
 
-def write_record_set(table: pa.Table | pa.RecordBatch, spec: RecordWriteSpec) -> pa.Buffer | bytes | bytearray:
-    """One record set (the whole content of one FlowFile) holding every row of ``table``."""
+def _container_blocks(data: memoryview, pos: int, sync: bytes) -> Iterator[memoryview | bytes]:
+    """The data blocks of a container from ``pos`` (count, size, data), each followed by ``sync``
+    (the blocks of several containers written by one writer become one container's)."""
+    end = len(data)
+    while pos < end:
+        start = pos
+        _, pos = _read_long(data, pos)
+        size, pos = _read_long(data, pos)
+        pos += size
+        yield data[start:pos]
+        yield sync
+        pos += 16
+
+
+#: rows written at a time, at most (a FlowFile's content is written in parts of about this
+#: many Arrow bytes, held as they are written: not one big buffer that grows and is copied)
+_PART_BYTES = 8 << 20
+
+
+def _row_slices(table: pa.Table) -> Iterator[pa.Table]:
+    n = table.num_rows
+    step = max(1024, int(_PART_BYTES / max(1.0, table.nbytes / max(n, 1))))
+    for start in range(0, n, step):
+        yield table.slice(start, step)
+
+
+class _Collect(io.RawIOBase):
+    """A write-only file that keeps what is written, as written (Parquet)."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        data = bytes(b)
+        self.parts.append(data)
+        return len(data)
+
+
+def write_record_set(table: pa.Table | pa.RecordBatch, spec: RecordWriteSpec) -> list[Any]:
+    """One record set (the whole content of one FlowFile) holding every row of ``table``, as the
+    list of its parts in order (bytes-like; their concatenation is the content). Written a part at
+    a time, so the content is held about once, never in a buffer that grows by copying."""
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
     fmt = spec.format
@@ -256,37 +295,61 @@ def write_record_set(table: pa.Table | pa.RecordBatch, spec: RecordWriteSpec) ->
         ready = _prepared(table, spec, lambda a: a.cast(pa.timestamp("us", tz="UTC"))
                           if pa.types.is_timestamp(a.type) else a)
         ready = ready.replace_schema_metadata({"parquet.avro.schema": spec.schema_json})
-        sink = pa.BufferOutputStream()
+        sink = _Collect()
         # NiFi's ParquetRecordSetWriter defaults to UNCOMPRESSED; µs timestamps, UTC-adjusted
-        pq.write_table(ready, sink, compression="none", coerce_timestamps="us")
-        return sink.getvalue()
+        with pq.ParquetWriter(sink, ready.schema, compression="none", coerce_timestamps="us") as writer:
+            for part in _row_slices(ready):
+                writer.write_table(part, row_group_size=part.num_rows)
+        return sink.parts
+    parts: list[Any] = []
     if fmt == "csv":
         import pyarrow.csv as pcsv
 
-        ready = _prepared(table, spec, _for_csv)
-        sink = pa.BufferOutputStream()
-        pcsv.write_csv(ready, sink, pcsv.WriteOptions(include_header=spec.header, quoting_style="needed"))
-        return sink.getvalue()
+        for i, part in enumerate(_row_slices(_prepared(table, spec, _for_csv))):
+            out = pa.BufferOutputStream()
+            pcsv.write_csv(part, out, pcsv.WriteOptions(include_header=spec.header and i == 0,
+                                                        quoting_style="needed"))
+            parts.append(out.getvalue().to_pybytes())  # exact size (the stream's buffer has spare room)
+        return parts
     import polars as pl
 
     if fmt == "avro":
-        frame = pl.from_arrow(_prepared(table, spec, _for_avro), rechunk=False)
-        out = io.BytesIO()
-        frame.write_avro(out, compression="uncompressed", name=TOP_RECORD_NAME)  # type: ignore[union-attr]
-        with out.getbuffer() as view:
-            return _container_with_schema(view, spec.schema_json)
+        sync = b""
+        for part in _row_slices(_prepared(table, spec, _for_avro)):
+            out = io.BytesIO()
+            pl.from_arrow(part, rechunk=False).write_avro(  # type: ignore[union-attr]
+                out, compression="uncompressed", name=TOP_RECORD_NAME)
+            data = memoryview(out.getvalue())
+            meta, own_sync, pos = _container_parts(data)
+            if not parts:
+                sync = own_sync
+                meta["avro.schema"] = spec.schema_json.encode()
+                meta.setdefault("avro.codec", b"null")
+                parts.append(_container_header(meta, sync))
+            parts.extend(_container_blocks(data, pos, sync))
+        return parts
     if fmt == "json":
-        frame = pl.from_arrow(_prepared(table, spec, _for_json), rechunk=False)
-        out = io.BytesIO()
-        frame.write_ndjson(out)  # type: ignore[union-attr]
-        lines = out.getvalue()
-        if lines.endswith(b"\n"):
-            lines = lines[:-1]  # NiFi writes no trailing newline
-        if spec.output_grouping == "oneline":
-            return lines
-        # JSON text holds no raw newline inside a value: every '\n' separates two records
-        return b"[" + lines.replace(b"\n", b",") + b"]"
+        array = spec.output_grouping == "array"
+        if array:
+            parts.append(b"[")
+        for part in _row_slices(_prepared(table, spec, _for_json)):
+            out = io.BytesIO()
+            pl.from_arrow(part, rechunk=False).write_ndjson(out)  # type: ignore[union-attr]
+            lines = out.getvalue()
+            # JSON text holds no raw newline inside a value: every '\n' ends a record
+            parts.append(lines.replace(b"\n", b",") if array else lines)
+        if parts and len(parts) > int(array):
+            last = parts[-1]
+            parts[-1] = memoryview(last)[:-1]  # NiFi writes no trailing separator or newline
+        if array:
+            parts.append(b"]")
+        return parts
     raise ConfigError(f"recordFormat must be one of {', '.join(MIME_TYPES)}; got {fmt!r}", option="recordFormat")
+
+
+def record_set_bytes(table: pa.Table | pa.RecordBatch, spec: RecordWriteSpec) -> bytes:
+    """:func:`write_record_set` as one ``bytes`` (small record sets, tests)."""
+    return b"".join(bytes(p) for p in write_record_set(table, spec))
 
 
 # -- rows into FlowFiles ---------------------------------------------------------------------------
@@ -296,9 +359,14 @@ def write_record_set(table: pa.Table | pa.RecordBatch, spec: RecordWriteSpec) ->
 class RecordFlowFile:
     """One record-set FlowFile: its content and attributes."""
 
-    content: pa.Buffer | bytes | bytearray
+    #: the content's parts, in order (:func:`write_record_set`)
+    parts: list[Any]
     attributes: dict[str, str]
     records: int
+
+    @property
+    def size(self) -> int:
+        return sum(memoryview(p).nbytes for p in self.parts)
 
 
 @dataclass
@@ -390,7 +458,7 @@ class RecordSetPacker:
 
     def _flow_file(self, values: tuple[str | None, ...], table: pa.Table) -> RecordFlowFile:
         spec = self.spec
-        content = write_record_set(table, spec)
+        parts = write_record_set(table, spec)
         attributes = dict(spec.attributes)
         for name, value in zip(spec.partition_columns, values, strict=True):
             if value is not None:
@@ -399,19 +467,4 @@ class RecordSetPacker:
         attributes[ATTR_RECORD_COUNT] = str(table.num_rows)
         if spec.write_schema_attribute:
             attributes[ATTR_AVRO_SCHEMA] = spec.schema_json
-        return RecordFlowFile(content, attributes, table.num_rows)
-
-
-def flow_files_batch(flow_files: Sequence[RecordFlowFile]) -> pa.RecordBatch:
-    """``content`` (binary) and ``attributes`` (map) columns of some FlowFiles, the content laid
-    over the written buffers (one FlowFile: no copy)."""
-    if len(flow_files) == 1:
-        buf = flow_files[0].content
-        data = buf if isinstance(buf, pa.Buffer) else pa.py_buffer(buf)
-        offsets = pa.array([0, data.size], pa.int64()).buffers()[1]
-        content = pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets, data])
-    else:
-        content = pa.array([bytes(f.content) if isinstance(f.content, pa.Buffer) else f.content
-                            for f in flow_files], pa.large_binary())
-    attributes = pa.array([list(f.attributes.items()) for f in flow_files], pa.map_(pa.string(), pa.string()))
-    return pa.RecordBatch.from_arrays([content, attributes], names=["content", "attributes"])
+        return RecordFlowFile(parts, attributes, table.num_rows)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,7 +26,7 @@ from pyspark_s2s.client.client import raises_at_once
 from pyspark_s2s.client.transaction import SendTransaction, TransactionHandle
 from pyspark_s2s.errors import NoPeerAvailableError, S2SError
 from pyspark_s2s.protocol.codes import Direction
-from pyspark_s2s.records.write import RecordSetPacker, RecordWriteSpec, flow_files_batch
+from pyspark_s2s.records.write import RecordFlowFile, RecordSetPacker, RecordWriteSpec
 from pyspark_s2s.spark.commitlog import SinkCommitMessage, cancel_all
 from pyspark_s2s.spark.options import SparkOptions
 from pyspark_s2s.spark.routing import HashRing, route_values
@@ -45,6 +46,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+_ATTRIBUTES = pa.map_(pa.string(), pa.string())
 
 #: the streaming query's id (``query.id``); for a batch ``df.write``: ``write-<uuid>``, one per write
 ATTR_QUERY_ID = "spark.query.id"
@@ -267,12 +270,18 @@ class _PartitionWriter:
         n = batch.num_rows
         if not n:
             return
+        attributes = batch.column(self.layout.attributes) if self.layout.attributes is not None else None
+        rows = EncodedRows(batch.column(self.layout.content), attributes, self.ids.fixed_attributes(),
+                           ATTR_SEQUENCE, self.sequence)
+        self.write_rows(rows, batch)
+
+    def write_rows(self, rows: EncodedRows, batch: pa.RecordBatch) -> None:
+        """Send encoded rows (their sequence numbers start at :attr:`sequence`); ``batch``: the
+        same rows' columns, for routing by attribute."""
         if self.keeper is not None and self.keeper.error is not None:
             raise self.keeper.error.with_prefix(f"{self._where()}: keeping handed-over transactions alive failed")
-        attributes = batch.column(self.layout.attributes) if self.layout.attributes is not None else None
+        n = len(rows)
         first = self.sequence
-        rows = EncodedRows(batch.column(self.layout.content), attributes, self.ids.fixed_attributes(),
-                           ATTR_SEQUENCE, first)
         routes = self._routes_of(batch)
         self.sequence += n
         if routes is None:
@@ -284,11 +293,14 @@ class _PartitionWriter:
             if pc.any(mask).as_py():
                 self._send_rows(route, rows.select(mask), None)
 
-    def run(self, batches: Iterable[pa.RecordBatch]) -> SinkCommitMessage:
+    def run(self, batches: Iterable[Any], write: Callable[[Any], None] | None = None) -> SinkCommitMessage:
+        """Write every item (record batches, or what ``write`` takes), finish and return the
+        commit message; after a failure cancel what this task opened or handed over."""
         self._started: dict[int, float] = {}
+        write = write or self.write_batch
         try:
             for batch in batches:
-                self.write_batch(batch)
+                write(batch)
             for route in list(self.open):
                 self._finish(route)
             handles: tuple[TransactionHandle, ...] = ()
@@ -331,15 +343,21 @@ def write_record_partition(opts: SparkOptions, spec: RecordWriteSpec, batches: I
     routing, transactions and de-duplication attributes as one-row FlowFiles; ``spark.sequence``
     counts FlowFiles)."""
     packer = RecordSetPacker(spec)
+    writer = _PartitionWriter(opts, SinkLayout(0, 1), ids)
 
-    def flow_files() -> Iterator[pa.RecordBatch]:
+    def flow_files() -> Iterator[Any]:
         for batch in batches:
-            for ff in packer.add(batch):
-                yield flow_files_batch([ff])
-        for ff in packer.finish():
-            yield flow_files_batch([ff])
+            yield from packer.add(batch)
+        yield from packer.finish()
 
-    return _PartitionWriter(opts, SinkLayout(0, 1), ids).run(flow_files())
+    def send(ff: RecordFlowFile) -> None:
+        # the content goes as the parts it was written in (no copy into one buffer)
+        attrs = pa.array([list(ff.attributes.items())], _ATTRIBUTES)
+        rows = EncodedRows(None, attrs, ids.fixed_attributes(), ATTR_SEQUENCE, writer.sequence, pieces=[ff.parts])
+        writer.write_rows(rows, pa.RecordBatch.from_arrays([pa.nulls(1, pa.binary()), attrs],
+                                                           names=["content", "attributes"]))
+
+    return writer.run(flow_files(), send)
 
 
 def write_partition(opts: SparkOptions, layout: SinkLayout, batches: Iterator[pa.RecordBatch],
