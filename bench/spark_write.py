@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.spark_write [--small N] [--large N] [--records N] [--rounds R] [--partitions P]
     .venv/bin/python -m bench.spark_write --memory FORMAT [--memory-mb MB]
+    .venv/bin/python -m bench.spark_write --libraries ROWS
 
 The reference server runs as a subprocess (input port ``in``, 1 node). Each round, for small
 FlowFiles (100 B of content + 3 attributes, the issue's shape) and 1 MiB FlowFiles:
@@ -19,6 +20,7 @@ Record mode (``--records N`` rows; 0 skips it): a cached DataFrame of 5 columns 
 10-character string, double, boolean, timestamp) written with each ``recordFormat``, next to the
 same rows as one JSON FlowFile each (``to_json(struct(*))``, the one-row-per-FlowFile mode) and
 next to the path's ceiling (the same cached DataFrame into the counting Python sink).
+``--libraries ROWS`` compares the candidate libraries for the record writers in memory (no Spark).
 ``--memory FORMAT`` instead writes one record FlowFile of about ``--memory-mb`` MB (no Spark) and
 prints the process's peak resident memory above what it held before the write.
 
@@ -31,6 +33,7 @@ Arrow encoder). Bounded: every transfer has a timeout; the run has ``--rounds`` 
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import statistics
 import sys
@@ -284,6 +287,72 @@ def memory_probe(fmt: str, mb: int) -> int:
     return 0
 
 
+def library_compare(n: int) -> int:
+    """In memory, no Spark: rows/s of writing the record benchmark's rows (as one Arrow table) with
+    each candidate library, best of 3. fastavro and orjson take Python dicts (``to_pylist``, which
+    is counted); they are not dependencies: install them to compare."""
+    import datetime as dt
+
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    from pyspark_s2s.records.write import RecordWriteSpec, write_record_set
+
+    table = pa.table({
+        "id": pa.array(range(n), pa.int64()),
+        "name": pa.array([f"name-{i % 100000:05d}" for i in range(n)]),
+        "value": pa.array([i * 0.5 for i in range(n)]),
+        "flag": pa.array([i % 2 == 0 for i in range(n)]),
+        "ts": pa.array([dt.datetime(2024, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=i) for i in range(n)],
+                       pa.timestamp("us", tz="UTC")),
+    })
+    plain = table.set_column(4, "ts", table.column("ts").cast(pa.int64()))
+
+    def polars_frame() -> Any:
+        import polars as pl
+
+        return pl.from_arrow(plain)
+
+    cases: dict[str, Any] = {
+        "pyarrow parquet (sink: records.write)": lambda: write_record_set(table, RecordWriteSpec.build("parquet", table.schema)),
+        "pyarrow csv (sink: records.write)": lambda: write_record_set(table, RecordWriteSpec.build("csv", table.schema)),
+        "polars avro (sink: records.write)": lambda: write_record_set(table, RecordWriteSpec.build("avro", table.schema)),
+        "polars json array (sink: records.write)": lambda: write_record_set(table, RecordWriteSpec.build("json", table.schema)),
+        "pyarrow parquet, write_table alone": lambda: pq.write_table(table, pa.BufferOutputStream(), compression="none"),
+        "pyarrow csv, write_csv alone": lambda: pcsv.write_csv(plain, pa.BufferOutputStream()),
+        "polars write_avro alone": lambda: polars_frame().write_avro(io.BytesIO(), name="nifiRecord"),
+        "polars write_json alone (array)": lambda: polars_frame().write_json(io.BytesIO()),
+        "polars write_ndjson alone": lambda: polars_frame().write_ndjson(io.BytesIO()),
+    }
+    try:
+        import fastavro
+
+        schema = fastavro.parse_schema({"type": "record", "name": "nifiRecord", "fields": [
+            {"name": "id", "type": ["null", "long"]}, {"name": "name", "type": ["null", "string"]},
+            {"name": "value", "type": ["null", "double"]}, {"name": "flag", "type": ["null", "boolean"]},
+            {"name": "ts", "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}]}]})
+        cases["fastavro writer (rows as dicts)"] = lambda: fastavro.writer(io.BytesIO(), schema, plain.to_pylist())
+    except ImportError:
+        print("fastavro not installed: not compared")
+    try:
+        import orjson
+
+        cases["orjson dumps (rows as dicts)"] = lambda: orjson.dumps(plain.to_pylist())
+    except ImportError:
+        print("orjson not installed: not compared")
+    cases["Table.to_pylist alone (what dict-based writers need first)"] = plain.to_pylist
+    print(f"{n:,} rows of 5 columns in memory, best of 3, load average {os.getloadavg()[0]:.2f}:")
+    for label, fn in cases.items():
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - t0)
+        print(f"  {label:58} {n / best:>12,.0f} rows/s")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.spark_write", description=__doc__.split("\n")[0])
     ap.add_argument("--small", type=int, default=300_000, help="small FlowFiles per run")
@@ -293,7 +362,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records", type=int, default=0, help="rows of the record-mode runs (0: none)")
     ap.add_argument("--memory", choices=RECORD_FORMATS, help="only the memory probe of one record FlowFile")
     ap.add_argument("--memory-mb", type=int, default=200)
+    ap.add_argument("--libraries", type=int, default=0, metavar="ROWS",
+                    help="only compare the record writers' libraries in memory on ROWS rows")
     args = ap.parse_args(argv)
+    if args.libraries:
+        return library_compare(args.libraries)
     if args.memory:
         return memory_probe(args.memory, args.memory_mb)
     os.environ["PYSPARK_PYTHON"] = sys.executable
