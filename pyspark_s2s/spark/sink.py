@@ -13,6 +13,7 @@ Everything Spark pickles (writers, commit messages, errors) holds only plain dat
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator
 
@@ -55,6 +56,8 @@ __all__ = [
     "commit_handles",
     "record_write_spec",
 ]
+
+logger = logging.getLogger(__name__)
 
 
 # -- columns -----------------------------------------------------------------------------------
@@ -128,6 +131,11 @@ def record_write_spec(opts: SparkOptions, schema: StructType) -> RecordWriteSpec
         check_field(f.name, t, fmt, shown)
         arrow.append(pa.field(f.name, t))
     arrow_schema = pa.schema(arrow)
+    wall_clock = [f.name for f in schema.fields if "timestamp_ntz" in f.dataType.simpleString()]
+    if wall_clock:
+        logger.warning("nifi-s2s sink, recordFormat=%s: column(s) %s hold timestamp_ntz (wall-clock time), which NiFi "
+                       "has no type for; written as timestamps taken as UTC (docs/records.md)", fmt,
+                       ", ".join(map(repr, wall_clock)))
     avro_names(arrow_schema.names)  # two columns that become one field name are refused here
     for name in opts.partition_columns or ():
         field = next((f for f in schema.fields if f.name == name), None)

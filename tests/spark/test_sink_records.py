@@ -282,3 +282,37 @@ def test_record_only_options_need_record_format(spark: Any, srv: ServerProcess) 
     with pytest.raises(Exception, match="recordsPerFlowFile applies only in record mode: set recordFormat"):
         (df.write.format("nifi-s2s").option("url", srv.url).option("portName", "in")
          .option("recordsPerFlowFile", "5").mode("append").save())
+
+
+# -- with the sink's other options -------------------------------------------------------------------
+
+
+def test_record_sets_with_use_compression(spark: Any, srv: ServerProcess) -> None:
+    df = spark.range(0, 3000, numPartitions=2).selectExpr("id", "repeat('x', 50) as pad")
+    ffs = write(df, srv, "avro", useCompression="true", recordsPerFlowFile="1000")
+    assert sorted(r["id"] for ff in ffs for r in read_avro(ff["content"])[1]) == list(range(3000))
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ServerProcess]:
+    with ServerProcess("--input-port", "in", "--ttl", "20", nodes=3) as proc:
+        yield proc
+
+
+def test_partition_attribute_routes_each_value_to_one_node(spark: Any, cluster: ServerProcess) -> None:
+    cluster.admin.reset()
+    df = spark.range(0, 2000, numPartitions=2).selectExpr("id", "concat('key-', id % 9) as k")
+    (df.write.format("nifi-s2s").option("url", cluster.url).option("portName", "in")
+     .option("recordFormat", "json").option("partitionColumns", "k").option("recordsPerFlowFile", "50")
+     .option("routing", "attribute").option("routingAttribute", "k").mode("append").save())
+    nodes_of: dict[str, set[int]] = {}
+    ids = []
+    for node in range(3):
+        for ff in cluster.admin.flowfiles("in", node=node, drain=True):
+            records = json.loads(ff["content"])
+            assert {r["k"] for r in records} == {ff["attributes"]["k"]}
+            nodes_of.setdefault(ff["attributes"]["k"], set()).add(node)
+            ids.extend(r["id"] for r in records)
+    assert sorted(ids) == list(range(2000))
+    assert len(nodes_of) == 9 and all(len(n) == 1 for n in nodes_of.values())
+    assert len(set().union(*nodes_of.values())) > 1  # the values are spread over the nodes
