@@ -430,7 +430,11 @@ class RecordSetPacker:
             encoded = pc.dictionary_encode(text, null_encoding="encode")
             codes = encoded.indices.cast(pa.int64())
             width = len(encoded.dictionary)
-            key = codes if key is None else pc.add(pc.multiply(key, pa.scalar(width, pa.int64())), codes)
+            if key is None:
+                key = codes
+            else:  # combined, then renumbered 0..k-1 (k <= rows), so it never overflows
+                key = pc.add(pc.multiply(key, pa.scalar(width, pa.int64())), codes)
+                key = pc.dictionary_encode(key).indices.cast(pa.int64())
         assert key is not None
         for k in pc.unique(key).to_pylist():
             mask = pc.equal(key, pa.scalar(k, pa.int64()))
