@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -143,7 +144,7 @@ def _bytes_as_ints(arr: pa.Array) -> pa.Array:
     offsets_buf, data = arr.buffers()[1], arr.buffers()[2]
     width = 8 if large else 4
     n_bytes = int.from_bytes(memoryview(offsets_buf)[(arr.offset + len(arr)) * width:
-                                                      (arr.offset + len(arr) + 1) * width], "little")
+                                                      (arr.offset + len(arr) + 1) * width], sys.byteorder)
     values = pa.Array.from_buffers(pa.int8(), n_bytes, [None, data if data is not None else pa.py_buffer(b"")])
     type_ = pa.large_list(pa.int8()) if large else pa.list_(pa.int8())
     return pa.Array.from_buffers(type_, len(arr), [arr.buffers()[0], offsets_buf], offset=arr.offset,
@@ -157,6 +158,11 @@ def _for_json(arr: pa.Array) -> pa.Array:
     if pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type):
         return _bytes_as_ints(arr)
     return arr
+
+
+def _for_parquet(arr: pa.Array) -> pa.Array:
+    # UTC-adjusted µs: a zone-less (timestamp_ntz) wall-clock time is taken as UTC
+    return arr.cast(pa.timestamp("us", tz="UTC")) if pa.types.is_timestamp(arr.type) else arr
 
 
 _JAVA_SPELLINGS = (("nan", "NaN"), ("-inf", "-Infinity"), ("inf", "Infinity"))
@@ -179,7 +185,8 @@ def _for_csv(arr: pa.Array) -> pa.Array:
     return arr
 
 
-def _prepared(table: pa.Table, spec: RecordWriteSpec, convert: Any) -> pa.Table:
+def _prepared(table: pa.Table, convert: Any) -> pa.Table:
+    """``table`` with its values converted for a writer and its columns named as record fields."""
     names = avro_names(table.column_names)
     columns = [_rebuild(c.combine_chunks() if c.num_chunks != 1 else c.chunk(0), convert) for c in table.columns]
     return pa.Table.from_arrays(columns, names=names)
@@ -260,11 +267,13 @@ def _container_blocks(data: memoryview, pos: int, sync: bytes) -> Iterator[memor
 _PART_BYTES = 8 << 20
 
 
-def _row_slices(table: pa.Table) -> Iterator[pa.Table]:
+def _parts(table: pa.Table, convert: Any) -> Iterator[pa.Table]:
+    """``table`` in slices of about :data:`_PART_BYTES` of rows, each converted (:func:`_prepared`):
+    a FlowFile made of many Spark batches is never combined into one copy."""
     n = table.num_rows
     step = max(1024, int(_PART_BYTES / max(1.0, table.nbytes / max(n, 1))))
     for start in range(0, n, step):
-        yield table.slice(start, step)
+        yield _prepared(table.slice(start, step), convert)
 
 
 class _Collect(io.RawIOBase):
@@ -292,20 +301,22 @@ def write_record_set(table: pa.Table | pa.RecordBatch, spec: RecordWriteSpec) ->
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
-        ready = _prepared(table, spec, lambda a: a.cast(pa.timestamp("us", tz="UTC"))
-                          if pa.types.is_timestamp(a.type) else a)
-        ready = ready.replace_schema_metadata({"parquet.avro.schema": spec.schema_json})
         sink = _Collect()
+        writer = None
         # NiFi's ParquetRecordSetWriter defaults to UNCOMPRESSED; µs timestamps, UTC-adjusted
-        with pq.ParquetWriter(sink, ready.schema, compression="none", coerce_timestamps="us") as writer:
-            for part in _row_slices(ready):
-                writer.write_table(part, row_group_size=part.num_rows)
+        for part in _parts(table, _for_parquet):
+            if writer is None:
+                schema = part.schema.with_metadata({"parquet.avro.schema": spec.schema_json})
+                writer = pq.ParquetWriter(sink, schema, compression="none", coerce_timestamps="us")
+            writer.write_table(part.replace_schema_metadata(schema.metadata), row_group_size=part.num_rows)
+        if writer is not None:
+            writer.close()
         return sink.parts
     parts: list[Any] = []
     if fmt == "csv":
         import pyarrow.csv as pcsv
 
-        for i, part in enumerate(_row_slices(_prepared(table, spec, _for_csv))):
+        for i, part in enumerate(_parts(table, _for_csv)):
             out = pa.BufferOutputStream()
             pcsv.write_csv(part, out, pcsv.WriteOptions(include_header=spec.header and i == 0,
                                                         quoting_style="needed"))
@@ -315,7 +326,7 @@ def write_record_set(table: pa.Table | pa.RecordBatch, spec: RecordWriteSpec) ->
 
     if fmt == "avro":
         sync = b""
-        for part in _row_slices(_prepared(table, spec, _for_avro)):
+        for part in _parts(table, _for_avro):
             out = io.BytesIO()
             pl.from_arrow(part, rechunk=False).write_avro(  # type: ignore[union-attr]
                 out, compression="uncompressed", name=TOP_RECORD_NAME)
@@ -332,7 +343,7 @@ def write_record_set(table: pa.Table | pa.RecordBatch, spec: RecordWriteSpec) ->
         array = spec.output_grouping == "array"
         if array:
             parts.append(b"[")
-        for part in _row_slices(_prepared(table, spec, _for_json)):
+        for part in _parts(table, _for_json):
             out = io.BytesIO()
             pl.from_arrow(part, rechunk=False).write_ndjson(out)  # type: ignore[union-attr]
             lines = out.getvalue()
