@@ -28,7 +28,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pyspark_s2s.errors import ConfigError
+from pyspark_s2s.errors import ConfigError, S2SError
 from pyspark_s2s.records.types import (
     MIME_TYPES,
     TOP_RECORD_NAME,
@@ -473,7 +473,13 @@ class RecordSetPacker:
 
     def _flow_file(self, values: tuple[str | None, ...], table: pa.Table) -> RecordFlowFile:
         spec = self.spec
-        parts = write_record_set(table, spec)
+        try:
+            parts = write_record_set(table, spec)
+        except S2SError:
+            raise
+        except Exception as exc:  # a writer library's error, re-raised saying what was written
+            raise S2SError(f"writing a recordFormat={spec.format} record set of {table.num_rows} records "
+                           f"failed: {type(exc).__name__}: {exc}") from exc
         attributes = dict(spec.attributes)
         for name, value in zip(spec.partition_columns, values, strict=True):
             if value is not None:

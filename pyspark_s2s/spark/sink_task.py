@@ -347,8 +347,16 @@ def write_record_partition(opts: SparkOptions, spec: RecordWriteSpec, batches: I
 
     def flow_files() -> Iterator[Any]:
         for batch in batches:
-            yield from packer.add(batch)
-        yield from packer.finish()
+            try:
+                ready = list(packer.add(batch))
+            except S2SError as exc:
+                raise exc.with_prefix(writer._where()) from exc.__cause__
+            yield from ready
+        try:
+            rest = list(packer.finish())
+        except S2SError as exc:
+            raise exc.with_prefix(writer._where()) from exc.__cause__
+        yield from rest
 
     def send(ff: RecordFlowFile) -> None:
         # the content goes as the parts it was written in (no copy into one buffer)
