@@ -1,7 +1,9 @@
 """The executor side of the ``nifi-s2s`` sink: one Spark task's rows into NiFi transactions.
 
 Owns: the de-duplication attributes every FlowFile carries (:data:`SINK_ATTRIBUTES`, :class:`TaskIds`)
-and :func:`write_partition` (the body of a writer's ``write()``): routing, splitting into
+and :func:`write_partition` (the body of a writer's ``write()``; in record mode
+:func:`write_record_partition`, which packs the rows into record-set FlowFiles with
+:mod:`pyspark_s2s.records.write` and sends those the same way): routing, splitting into
 transactions by ``batchCount`` / ``batchSize`` / ``batchDuration``, back-pressure, and commit
 (``commitMode=task``) or hand-over to the driver (``commitMode=batch``). The packet layout is the
 client's (:mod:`pyspark_s2s.client.arrow`); this module only chooses the attributes.
@@ -345,18 +347,22 @@ def write_record_partition(opts: SparkOptions, spec: RecordWriteSpec, batches: I
     packer = RecordSetPacker(spec)
     writer = _PartitionWriter(opts, SinkLayout(0, 1), ids)
 
-    def flow_files() -> Iterator[Any]:
-        for batch in batches:
+    def located(made: Iterator[RecordFlowFile]) -> Iterator[RecordFlowFile]:
+        """The FlowFiles one at a time (each is sent before the next is written); a record-set
+        writer's error says which task it happened in."""
+        while True:
             try:
-                ready = list(packer.add(batch))
+                ff = next(made)
+            except StopIteration:
+                return
             except S2SError as exc:
                 raise exc.with_prefix(writer._where()) from exc.__cause__
-            yield from ready
-        try:
-            rest = list(packer.finish())
-        except S2SError as exc:
-            raise exc.with_prefix(writer._where()) from exc.__cause__
-        yield from rest
+            yield ff
+
+    def flow_files() -> Iterator[RecordFlowFile]:
+        for batch in batches:
+            yield from located(packer.add(batch))
+        yield from located(packer.finish())
 
     def send(ff: RecordFlowFile) -> None:
         # the content goes as the parts it was written in (no copy into one buffer)
