@@ -31,6 +31,7 @@ __all__ = [
     "Option",
     "Secret",
     "SiteToSiteClientConfig",
+    "bool_option",
     "doc_drift",
     "duration_option",
     "int_option",
@@ -310,8 +311,9 @@ def _bool(value: Any, option: str) -> bool:
 
 
 #: the parsers of a table row, ``(value, option) -> value``, for tables that extend this one
-#: (``pyspark_s2s.spark.options``): a whole number in a range (factory), a string, a duration
+#: (``pyspark_s2s.spark.options``): a whole number in a range (factory), a boolean, a string, a duration
 int_option = _parse_int
+bool_option = _bool
 str_option = _parse_str
 duration_option = _dur
 

@@ -29,12 +29,14 @@ from pyspark_s2s.client.config import (
     parse_size,
     resolve_option_names,
 )
+from pyspark_s2s.client.config import bool_option as _bool
 from pyspark_s2s.client.config import duration_option as _dur
 from pyspark_s2s.client.config import int_option as _parse_int
 from pyspark_s2s.client.config import str_option as _parse_str
 from pyspark_s2s.client.config import options_markdown as client_options_markdown
 from pyspark_s2s.client.config import update_doc as client_update_doc
 from pyspark_s2s.errors import ConfigError
+from pyspark_s2s.records import RECORD_FORMATS
 
 __all__ = [
     "COMMIT_MODES",
@@ -85,6 +87,33 @@ def _choice(choices: tuple[str, ...]) -> Any:
     return parse
 
 
+def _names(value: Any, option: str) -> tuple[str, ...]:
+    """A comma-separated list of column names (spaces around each name ignored)."""
+    names = tuple(n.strip() for n in _parse_str(value, option).split(","))
+    if not all(names):
+        raise ConfigError(f"{option} must be column names separated by commas; got {value!r}", option=option)
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{option} names a column twice: {value!r}", option=option)
+    return names
+
+
+def _attribute_map(value: Any, option: str) -> tuple[tuple[str, str], ...]:
+    """A JSON object of attribute names to string values (or a mapping)."""
+    import json
+
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise ConfigError(f"{option} must be a JSON object of attribute names to values, e.g. "
+                              f'\'{{"source": "spark"}}\'; got {value!r} ({exc})', option=option) from None
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
+                                                 for k, v in value.items()):
+        raise ConfigError(f"{option} must be a JSON object whose values are strings, e.g. "
+                          f'\'{{"source": "spark"}}\'; got {value!r}', option=option)
+    return tuple(value.items())
+
+
 def _row(name: str, attr: str, parse: Any, default: Any, type_doc: str, doc: str, *aliases: str,
          default_doc: str | None = None) -> Option:
     return Option(name, attr, parse, default, doc, type_doc, tuple(aliases), False, default_doc)
@@ -131,6 +160,39 @@ SPARK_ONLY_OPTIONS: tuple[Option, ...] = (
          "transactions it handed to the driver, waiting for the driver's commit or abort (which come only "
          "after the last task of the micro-batch). 0: only until the task ends; the server's TTL then "
          "bounds the wait.", default_doc="10 min"),
+    _row("recordFormat", "record_format", _choice(RECORD_FORMATS), None, "avro, json, csv or parquet",
+         "Source and sink. Record mode: a FlowFile's content is a record set as NiFi's record readers and "
+         "writers handle it (Avro object container with its schema, JSON array or lines, CSV with a header, "
+         "Parquet), each record a row and every column a field. Absent: one FlowFile per row (`content`, "
+         "`attributes`). Formats, type mapping and NiFi facts: `docs/records.md`.",
+         default_doc="absent (one row per FlowFile)"),
+    _row("header", "header", _bool, True, "boolean",
+         "Source and sink, `recordFormat=csv`. Whether the first line of a record set names the fields "
+         "(Spark's CSV option; default `true` here, as NiFi's CSV writer writes a header and its reader's "
+         "default schema inference needs one)."),
+    _row("recordsPerFlowFile", "records_per_flow_file", _parse_int(1, (1 << 31) - 1), 10_000, "integer",
+         "Sink, record mode. At most this many records (rows) per FlowFile; a task's rows fill FlowFiles in "
+         "order, the last one holding the rest."),
+    _row("bytesPerFlowFile", "bytes_per_flow_file", _positive_size, 64 << 20, "data size",
+         "Sink, record mode. At most about this many bytes per FlowFile, going by the Arrow size of the rows "
+         "(close to the Avro and Parquet sizes; JSON and CSV text is larger); at least one row.",
+         default_doc="64 MB"),
+    _row("partitionColumns", "partition_columns", _names, None, "column names",
+         "Sink, record mode. Comma-separated string, integer or boolean columns: as NiFi's PartitionRecord, "
+         "every FlowFile holds rows with one combination of their values and carries each value as an "
+         "attribute named after the column (none for a null value); the columns stay in the records."),
+    _row("outputGrouping", "output_grouping", _choice(("array", "oneline")), "array", "array or oneline",
+         "Sink, `recordFormat=json`. `array`: one JSON array of objects (NiFi's JsonRecordSetWriter default); "
+         "`oneline`: one object per line."),
+    _row("flowFileAttributes", "flow_file_attributes", _attribute_map, (), "JSON object",
+         "Sink, record mode. Attributes every record-set FlowFile carries, as a JSON object of names to string "
+         "values, e.g. `{\"source\": \"spark\"}` (`mime.type`, `record.count` and the partition columns' "
+         "attributes are set by the sink and win).", default_doc="none"),
+    _row("writeSchemaAttribute", "write_schema_attribute", _bool, None, "boolean",
+         "Sink, record mode. Set the `avro.schema` attribute to the records' Avro schema, which NiFi's "
+         "readers use with \"Schema Access Strategy\" = \"Use 'Schema Text' Property\" (its default text is "
+         "`${avro.schema}`), so JSON and CSV keep their types instead of being inferred.",
+         default_doc="true for json and csv, false for avro and parquet (their content holds the schema)"),
 )
 
 #: every option of the data source: the client's rows, then the Spark-only rows
@@ -146,6 +208,9 @@ _PASSTHROUGH_ROWS: tuple[Option, ...] = (
 )
 
 _CLIENT_ATTRS = frozenset(o.attr for o in CLIENT_OPTIONS)
+#: options that mean something only with recordFormat
+_RECORD_ONLY = frozenset(("header", "records_per_flow_file", "bytes_per_flow_file", "partition_columns",
+                          "output_grouping", "flow_file_attributes", "write_schema_attribute"))
 _SPARK_BY_ATTR = {o.attr: o for o in SPARK_ONLY_OPTIONS}
 
 
@@ -166,6 +231,14 @@ class SparkOptions:
     #: commit log lives under it); not a row of the table, Spark sets it
     checkpoint_location: str | None = None
     batch_commit_timeout: float = 600.0
+    record_format: str | None = None
+    header: bool = True
+    records_per_flow_file: int = 10_000
+    bytes_per_flow_file: int = 64 << 20
+    partition_columns: tuple[str, ...] | None = None
+    output_grouping: str = "array"
+    flow_file_attributes: tuple[tuple[str, str], ...] = ()
+    write_schema_attribute: bool | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> SparkOptions:
@@ -198,6 +271,11 @@ class SparkOptions:
             raise ConfigError("commitMode=batch needs transportProtocol HTTP: a RAW transaction lives on "
                               "its executor's connection and cannot be committed by the driver",
                               option="commitMode")
+        if parsed.record_format is None:
+            given = {_SPARK_BY_ATTR[a].name for a in raw if a in _RECORD_ONLY}
+            if given:
+                raise ConfigError(f"{', '.join(sorted(given))} applies only in record mode: set recordFormat "
+                                  f"({', '.join(RECORD_FORMATS)})", option=min(given))
         return parsed
 
     def require_staging(self) -> str:

@@ -16,8 +16,6 @@ from serverproc import ServerProcess
 from sparkhelp import wait_for
 
 from pyspark_s2s import cli
-from pyspark_s2s.errors import ConfigError
-from pyspark_s2s.spark.schema import SOURCE_SCHEMA
 
 ROOT = Path(__file__).resolve().parents[2]
 NIFI_URLS = "https://nifi-1:8443/nifi,https://nifi-2:8443/nifi"
@@ -54,21 +52,6 @@ def commands(block: str) -> list[list[str]]:
     return [shlex.split(line, comments=True) for line in joined.splitlines() if line.strip()]
 
 
-def _sink_takes_the_source_columns() -> bool:
-    """Whether the sink writes a DataFrame read by the source as it is (issue 18 item 1)."""
-    try:
-        from pyspark_s2s.spark.sink import check_sink_schema
-    except ImportError:  # the sink module was reorganised: assume item 1 is in, run for real
-        return True
-    try:
-        check_sink_schema(SOURCE_SCHEMA)
-    except ConfigError:
-        return False
-    return True
-
-
-@pytest.mark.xfail(not _sink_takes_the_source_columns(), strict=True,
-                   reason="needs the sink to accept the source's metadata columns (issue 18 item 1, records-sink)")
 def test_readme_pipeline_runs_and_ends(spark: Any, tmp_path: Path) -> None:
     serve, send, receive = commands(fenced("README.md", "", 0))
     assert serve[:2] == [".venv/bin/s2s", "serve"] and send[1] == "send" and receive[1] == "receive"

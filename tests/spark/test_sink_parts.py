@@ -23,22 +23,24 @@ from pyspark.sql.types import (
 from serverproc import ServerProcess
 
 from pyspark_s2s.client import SiteToSiteClient
+from pyspark_s2s.client.arrow import LARGE_CONTENT, EncodedRows, packet_slices
+from pyspark_s2s.client.arrow import encode_packets as encode_columns
 from pyspark_s2s.errors import ConfigError, S2SError
 from pyspark_s2s.protocol.codec import decode_packets
+from pyspark_s2s.spark.commitlog import CommitLog, SinkCommitMessage, commit_handles
 from pyspark_s2s.spark.options import SparkOptions
 from pyspark_s2s.spark.routing import HashRing, route_values, value_key
-from pyspark_s2s.spark.sink import (
-    LARGE_CONTENT,
-    SINK_ATTRIBUTES,
-    CommitLog,
-    EncodedRows,
-    SinkCommitMessage,
-    TaskIds,
-    _packet_slices,
-    check_sink_schema,
-    commit_handles,
-    encode_packets,
-)
+from pyspark_s2s.spark.sink import check_sink_schema
+from pyspark_s2s.spark.sink_task import ATTR_SEQUENCE, SINK_ATTRIBUTES, TaskIds
+
+
+def encode_packets(content: pa.Array, attributes: pa.Array | None, ids: TaskIds, first: int) -> Any:
+    """The client's Arrow encoder with the attributes a sink task adds."""
+    return encode_columns(content, attributes, ids.fixed_attributes(), ATTR_SEQUENCE, first)
+
+
+def encoded_rows(content: pa.Array, attributes: pa.Array | None, ids: TaskIds, first: int) -> EncodedRows:
+    return EncodedRows(content, attributes, ids.fixed_attributes(), ATTR_SEQUENCE, first)
 
 # -- routing -------------------------------------------------------------------------------------
 
@@ -80,7 +82,7 @@ def test_encoder_matches_the_codec_and_follows_the_null_rule() -> None:
                      pa.map_(pa.string(), pa.string()))
     packets, lengths = encode_packets(content.slice(0), attrs, ids, 7)
     assert lengths.to_pylist() == [6, 0, 0, 70000]
-    decoded = list(decode_packets(bytes(_packet_slices(packets, 0, 4))))
+    decoded = list(decode_packets(bytes(packet_slices(packets, 0, 4))))
     assert [p.content for p in decoded] == ["héllo".encode(), b"", b"", b"x" * 70000]
     own = {"spark.query.id": "q-1", "spark.batch.id": "42", "spark.partition.id": "3", "spark.task.attempt": "1"}
     assert decoded[0].attributes == {"a": "1", **own, "spark.sequence": "7"}
@@ -88,7 +90,7 @@ def test_encoder_matches_the_codec_and_follows_the_null_rule() -> None:
     assert decoded[3].attributes["spark.sequence"] == "10"  # the sink's attribute wins (written last)
     assert list(decoded[0].attributes)[-len(SINK_ATTRIBUTES):] == list(SINK_ATTRIBUTES)
     # a slice of rows is the concatenation of their packets
-    assert bytes(_packet_slices(packets, 1, 3)) == b"".join(p.as_py() for p in packets[1:3])
+    assert bytes(packet_slices(packets, 1, 3)) == b"".join(p.as_py() for p in packets[1:3])
 
 
 def test_column_check() -> None:
@@ -167,20 +169,20 @@ def test_an_expired_transaction_fails_the_batch_loudly_and_commits_nothing(srv: 
 def test_large_content_is_sent_from_sparks_buffer_and_encodes_the_same() -> None:
     ids = TaskIds("q", "1", 0, 0)
     big = pa.array([b"a" * LARGE_CONTENT * 2, None, b"b" * (LARGE_CONTENT * 3)])
-    rows = EncodedRows(big, None, ids, 0)
+    rows = encoded_rows(big, None, ids, 0)
     assert rows.large and rows.lengths == [LARGE_CONTENT * 2, 0, LARGE_CONTENT * 3]
     whole, _ = encode_packets(big, None, ids, 0)
-    assert b"".join(bytes(p) for p in rows.parts(0, 3)) == bytes(_packet_slices(whole, 0, 3))
+    assert b"".join(bytes(p) for p in rows.parts(0, 3)) == bytes(packet_slices(whole, 0, 3))
     picked = rows.select(pa.array([True, False, True]))
     assert b"".join(bytes(p) for p in picked.parts(0, 2)) == whole[0].as_py() + whole[2].as_py()
-    assert not EncodedRows(pa.array([b"small"]), None, ids, 0).large
+    assert not encoded_rows(pa.array([b"small"]), None, ids, 0).large
 
 
 def test_packet_parts_frame_each_row_apart_and_match_the_whole_packets() -> None:
     ids = TaskIds("q", "0", 0, 0)
     for content in (pa.array([b"a", None, b"ccc"]),
                     pa.array([b"x" * (LARGE_CONTENT * 2), None, b"y" * (LARGE_CONTENT * 3)])):
-        rows = EncodedRows(content, None, ids, 0)
+        rows = encoded_rows(content, None, ids, 0)
         whole, _ = encode_packets(content, None, ids, 0)
         per_row = rows.packet_parts(0, 3)
         assert len(per_row) == 3
@@ -193,7 +195,7 @@ def test_compressed_packet_parts_decode_with_strict_frames_and_the_same_crc() ->
 
     ids = TaskIds("q", "0", 0, 0)
     content = pa.array([b"x" * (LARGE_CONTENT * 2), None, b"y" * 100_000])
-    rows = EncodedRows(content, pa.array([[("k", "v")], None, []], pa.map_(pa.string(), pa.string())), ids, 0)
+    rows = encoded_rows(content, pa.array([[("k", "v")], None, []], pa.map_(pa.string(), pa.string())), ids, 0)
     plain_enc, comp_enc = PacketStreamEncoder(), PacketStreamEncoder(compress=True)
     plain = b"".join(bytes(w) for row in rows.packet_parts(0, 3) for w in plain_enc.encoded_packet(row))
     wire = b"".join(bytes(w) for row in rows.packet_parts(0, 3) for w in comp_enc.encoded_packet(row))
