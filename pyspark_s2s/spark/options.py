@@ -52,7 +52,7 @@ __all__ = [
 SPARK_PASSTHROUGH = ("checkpointLocation", "queryName")
 
 COMMIT_MODES = ("task", "batch")
-ROUTINGS = ("weighted", "roundRobin", "attribute")
+ROUTINGS = ("weighted", "roundRobin", "attribute", "singleNode")
 
 
 def _positive_size(value: Any, option: str) -> int:
@@ -149,10 +149,13 @@ SPARK_ONLY_OPTIONS: tuple[Option, ...] = (
          "carry de-duplication attributes). `batch`: tasks send and verify, the driver commits every "
          "transaction of the micro-batch or cancels them all (all or nothing per batch, within the "
          "server's transaction TTL)."),
-    _row("routing", "routing", _choice(ROUTINGS), "weighted", "weighted, roundRobin or attribute",
+    _row("routing", "routing", _choice(ROUTINGS), "weighted", "weighted, roundRobin, attribute or singleNode",
          "Sink. How rows are spread over NiFi nodes: `weighted` (NiFi's SEND weighting: less loaded nodes "
-         "first), `roundRobin`, or `attribute` (consistent hashing of `routingAttribute`'s value: equal "
-         "values reach the same node)."),
+         "first), `roundRobin`, `attribute` (consistent hashing of `routingAttribute`'s value: equal "
+         "values reach the same node), or `singleNode` (every row to one node, the first of the peer list "
+         "in host and port order, the same for every task; no failover while that node is listed but "
+         "failing: its rows wait up to `timeout`, then the task fails naming it, as NiFi's single-node "
+         "load balancing waits for its node)."),
     _row("routingAttribute", "routing_attribute", _parse_str, None, "string",
          "Sink. The attribute whose value routes a row when `routing` is `attribute`."),
     _row("batchCommitTimeout", "batch_commit_timeout", _dur, 600.0, "duration",

@@ -91,20 +91,9 @@ def single_node_of(nodes: Sequence[str]) -> str:
     only on the set of names, so every task of every batch that sees the same peer list picks
     the same node; a node that leaves NiFi's peer list (disconnected) is no longer a candidate.
 
-    Not wired yet (spark/sink.py belongs to another change); wiring it takes three steps:
-
-    * spark/options.py: ``"singleNode"`` joins ``ROUTINGS``, and the ``routing`` row's doc says
-      "`singleNode` (every row to one node, the first of the peer list in host and port order,
-      the same for every task; no failover while that node is listed but failing)"; then
-      regenerate docs/spark-options.md as docs/development.md says;
-    * spark/sink.py ``_PartitionWriter._learn_routes``: after the peer list is read,
-      ``self.routes = [single_node_of(names)]`` (names = the ``"host:port"`` of every SEND peer),
-      so that ``_routes_of`` returns None (every row takes route 0) as it does for one route;
-    * spark/sink.py ``_PartitionWriter._create``: no fallback to another peer for single-node
-      routing (the fallback to NiFi's choice is for ``roundRobin`` only): a full or unreachable
-      chosen node is tried again until ``timeout``, then the task fails naming that peer, and
-      Spark's task retry asks again. As in NiFi, where single-node data waits for its node
-      instead of failing over.
+    The sink (``routing=singleNode``) sends every row of a task to this node and does not fall
+    back to another peer while it is listed but failing: its rows wait up to ``timeout``, then the
+    task fails naming it and Spark retries the task, as NiFi's single-node data waits for its node.
     """
     if not nodes:
         raise ValueError("single-node routing needs at least one node")

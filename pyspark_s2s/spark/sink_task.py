@@ -31,7 +31,7 @@ from pyspark_s2s.protocol.codes import Direction
 from pyspark_s2s.records.write import RecordFlowFile, RecordSetPacker, RecordWriteSpec
 from pyspark_s2s.spark.commitlog import SinkCommitMessage, cancel_all
 from pyspark_s2s.spark.options import SparkOptions
-from pyspark_s2s.spark.routing import HashRing, route_values
+from pyspark_s2s.spark.routing import HashRing, route_values, single_node_of
 from pyspark_s2s.spark.sink_keepalive import HandleKeeper
 
 __all__ = [
@@ -151,6 +151,8 @@ class _PartitionWriter:
         if not peers:
             raise NoPeerAvailableError(f"{self._where()}: no peers known", port=self.opts.client.port)
         self.routes = [f"{p.hostname}:{p.port}" for p in sorted(peers, key=lambda p: p.key)]
+        if self.opts.routing == "singleNode":
+            self.routes = [single_node_of([r for r in self.routes if r is not None])]
         if self.opts.routing == "attribute":
             self.ring = HashRing([r for r in self.routes if r is not None])
         self.route_index = {r: i for i, r in enumerate(self.routes) if r is not None}
@@ -189,7 +191,8 @@ class _PartitionWriter:
                 assert isinstance(tx, SendTransaction)
                 return tx
             except S2SError as exc:
-                if target is not None and self.ring is None and exc.retriable and not raises_at_once(exc):
+                if self.opts.routing == "roundRobin" and exc.retriable and not raises_at_once(exc) \
+                        and target is not None:
                     # round robin: a full or unreachable peer is skipped; NiFi's choice among the rest
                     logger.warning("%s: %s failed (%s); another peer takes its rows", self._where(), target, exc)
                     target = None

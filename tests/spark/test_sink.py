@@ -158,7 +158,7 @@ def test_batch_write_null_rule_and_dedup_attributes(spark: Any, srv: ServerProce
 # -- routing -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("routing", ["weighted", "roundRobin", "attribute"])
+@pytest.mark.parametrize("routing", ["weighted", "roundRobin", "attribute", "singleNode"])
 def test_stream_every_row_once_per_routing(spark: Any, srv: ServerProcess, tmp_path: Path, routing: str) -> None:
     n = 600
     d = input_dir(tmp_path, 300, 300)
@@ -182,6 +182,11 @@ def test_stream_every_row_once_per_routing(spark: Any, srv: ServerProcess, tmp_p
                 nodes_of_key.setdefault(ff["attributes"]["k"], set()).add(node)
         assert all(len(v) == 1 for v in nodes_of_key.values()), nodes_of_key
         assert len({next(iter(v)) for v in nodes_of_key.values()}) > 1  # 7 keys spread over nodes
+    if routing == "singleNode":
+        # every row on one node: the first of the peer list in host and numeric port order
+        names = {k: u.split("//")[1].split("/")[0] for k, u in enumerate(srv.urls)}
+        chosen = min(names, key=lambda k: (names[k].rsplit(":", 1)[0], int(names[k].rsplit(":", 1)[1])))
+        assert {k: len(v) for k, v in per_node.items() if v} == {chosen: n}
 
 
 # -- a task failing mid-batch --------------------------------------------------------------------
