@@ -29,7 +29,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
-    DataSourceStreamArrowWriter,
     WriterCommitMessage,
 )
 from pyspark.sql.types import BinaryType, MapType, StringType, StructType
@@ -44,6 +43,7 @@ from pyspark_s2s.errors import (
     TransactionNotFoundError,
 )
 from pyspark_s2s.protocol.codes import Direction
+from pyspark_s2s.spark.compat import StreamArrowWriterBase, arrow_batches
 from pyspark_s2s.spark.options import SparkOptions
 from pyspark_s2s.spark.routing import HashRing, route_values
 
@@ -852,18 +852,21 @@ class _NiFiWriter:
         self.opts = opts
         self.layout = check_sink_schema(schema)  # on the driver: a bad column set fails at query start
         self.overwrite = overwrite  # NiFi ports only take new FlowFiles: every row is sent either way
+        self.schema = schema
         #: made once on the driver per writer (per micro-batch / per df.write), shared by its tasks
         self.write_token = uuid.uuid4().hex
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
-        return write_partition(self.opts, self.layout, iterator, TaskIds.current(self.write_token))
+    def write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
+        # record batches from Spark, or Rows from pyspark 4.0's stream writer (compat.arrow_batches)
+        batches = arrow_batches(iterator, self.schema)
+        return write_partition(self.opts, self.layout, batches, TaskIds.current(self.write_token))
 
     def _log(self) -> CommitLog | None:
         location = self.opts.checkpoint_location
         return CommitLog(location) if location else None
 
 
-class NiFiStreamWriter(_NiFiWriter, DataSourceStreamArrowWriter):
+class NiFiStreamWriter(_NiFiWriter, StreamArrowWriterBase):
     """``df.writeStream.format("nifi-s2s")``: one instance per micro-batch (Spark rebuilds it)."""
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

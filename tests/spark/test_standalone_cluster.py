@@ -51,11 +51,11 @@ else:
 JOB = '''\
 import json, os, sys
 from pyspark.sql import SparkSession
-from pyspark_s2s import DefaultSource
+from pyspark_s2s.spark import register
 
 url, staging, chk = sys.argv[1:4]
 spark = SparkSession.builder.getOrCreate()
-spark.dataSource.register(DefaultSource)   # a --py-files zip is not discovered: register it
+register(spark)   # a --py-files zip is not discovered: register it (spark.dataSource.register)
 sc = spark.sparkContext
 
 def where(_):
