@@ -9,6 +9,7 @@ set -euo pipefail
 props="${NIFI_HOME:?}/conf/nifi.properties"
 http_port="${S2S_HTTP_PORT:-8080}"
 advertised_host="${S2S_ADVERTISED_HOST:-localhost}"
+published_port="${S2S_PUBLISHED_PORT:-$http_port}"
 
 set_prop() {
   # replace the value of an existing key, or append the key
@@ -21,6 +22,9 @@ set_prop() {
 
 set_prop nifi.web.http.host ''                       # all interfaces of the container
 set_prop nifi.web.http.port "$http_port"
+# NiFi advertises the forwarding port, when set, instead of nifi.web.http.port in its Site-to-Site
+# peer list (NiFiProperties.getRemoteInputHttpPort): the port the Docker host publishes
+set_prop nifi.web.http.port.forwarding "$published_port"
 set_prop nifi.web.https.host ''
 set_prop nifi.web.https.port ''
 set_prop nifi.security.keystore ''
@@ -47,7 +51,7 @@ if [ -n "${NIFI_JVM_HEAP_MAX:-}" ]; then
   sed -i -e "s|^java.arg.3=.*\$|java.arg.3=-Xmx${NIFI_JVM_HEAP_MAX}|" "$NIFI_HOME/conf/bootstrap.conf"
 fi
 
-echo "s2s: NiFi configured for plain HTTP on port $http_port, advertising $advertised_host"
+echo "s2s: NiFi configured for plain HTTP on port $http_port, advertising $advertised_host:$published_port"
 "$NIFI_HOME/bin/nifi.sh" run &
 nifi_pid=$!
 mkdir -p "$NIFI_HOME/logs"

@@ -2,7 +2,8 @@
 """Create the integration flow in a running NiFi through its REST API (standard library only).
 
 The flow, in the root process group: input port ``from-spark`` -> connection -> output port
-``to-spark``, both ports started. Ports in the root group are Site-to-Site ("public") ports, so a
+``to-spark``, both ports started (only those two: the rest of an existing flow is left as it is, so
+one invalid processor elsewhere in the root group cannot keep the ports stopped). Ports in the root group are Site-to-Site ("public") ports, so a
 client sends into ``from-spark`` and receives the same FlowFiles back from ``to-spark``.
 
 Idempotent: existing ports (matched by name) and an existing connection between them are reused;
@@ -21,7 +22,9 @@ REST calls (NiFi 2.x ``/nifi-api``):
   POST /process-groups/{root}/connections        {"revision": {"version": 0}, "component":
                                                   {"source": {"id", "groupId", "type": "INPUT_PORT"},
                                                    "destination": {"id", "groupId", "type": "OUTPUT_PORT"}}}
-  PUT  /flow/process-groups/{root}               {"id": root, "state": "RUNNING"}
+  GET  /input-ports/{id}, /output-ports/{id}     (the port's current revision and run state)
+  PUT  /input-ports/{id}/run-status              {"revision": {"version": N}, "state": "RUNNING"}
+  PUT  /output-ports/{id}/run-status             (same shape; a DISABLED port is set STOPPED first)
 """
 
 from __future__ import annotations
@@ -130,6 +133,30 @@ def ensure_connection(base: str, group_id: str, source_id: str, destination_id: 
     return str(created["id"])
 
 
+def start_port(base: str, kind: str, port_id: str) -> None:
+    """Set one port (*kind* "input-ports"/"output-ports") RUNNING through its run-status endpoint.
+
+    NiFi checks the revision (optimistic locking), so the current one is read first; a port that
+    already runs is left alone (asking again would be refused), a DISABLED one is enabled (STOPPED)
+    before it is started, as NiFi allows no direct DISABLED -> RUNNING transition.
+    """
+    entity = call(base, "GET", f"/{kind}/{port_id}")
+    state = entity.get("component", {}).get("state")
+    steps = {"RUNNING": [], "DISABLED": ["STOPPED", "RUNNING"]}.get(state, ["RUNNING"])
+    for target in steps:
+        revision = entity.get("revision", {})
+        entity = call(
+            base,
+            "PUT",
+            f"/{kind}/{port_id}/run-status",
+            {
+                "revision": {"clientId": CLIENT_ID, "version": revision.get("version", 0)},
+                "state": target,
+                "disconnectedNodeAcknowledged": False,
+            },
+        )
+
+
 def setup_flow(base: str, input_port: str, output_port: str) -> dict[str, str]:
     flow = call(base, "GET", "/flow/process-groups/root")["processGroupFlow"]
     group_id = flow["id"]
@@ -140,7 +167,8 @@ def setup_flow(base: str, input_port: str, output_port: str) -> dict[str, str]:
                             contents.get("outputPorts", []), {"x": 0.0, "y": 300.0})
     connection_id = ensure_connection(base, group_id, input_id, output_id,
                                       contents.get("connections", []))
-    call(base, "PUT", f"/flow/process-groups/{group_id}", {"id": group_id, "state": "RUNNING"})
+    start_port(base, "input-ports", input_id)
+    start_port(base, "output-ports", output_id)
     return {
         "root_group": group_id,
         "input_port": input_id,

@@ -1,9 +1,11 @@
 """``integration/setup_flow.py`` against a small stand-in for NiFi's REST API on 127.0.0.1.
 
-The stand-in enforces the request rules NiFi 2.x's ``ProcessGroupResource``/``FlowResource``
-apply to these calls (revision version 0 on create, no component id, connectable types, a
-schedule request whose id matches the URL), so the script's JSON shapes are checked, and
-running it twice must create nothing new. Real NiFi is exercised by the integration suite.
+The stand-in enforces the request rules NiFi 2.x's ``ProcessGroupResource``/``InputPortResource``/
+``OutputPortResource`` apply to these calls (revision version 0 on create, no component id,
+connectable types, the current revision on a run-status change, no start of a running or disabled
+port), so the script's JSON shapes are checked, and running it twice must create nothing new. Its
+root group holds an invalid processor: starting the whole group is refused, as NiFi refuses it, so
+the script must start just its two ports. Real NiFi is exercised by the integration suite.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ class FakeNiFi:
         self.input_ports: dict[str, str] = {}  # id -> name
         self.output_ports: dict[str, str] = {}
         self.connections: dict[str, tuple[str, str]] = {}
-        self.state = "STOPPED"
+        self.port_state: dict[str, str] = {}  # port id -> STOPPED / RUNNING / DISABLED
+        self.revision: dict[str, int] = {}  # port id -> revision version
+        self.group_starts = 0
         self.creates = 0
         self.lock = threading.Lock()
 
@@ -92,8 +96,19 @@ class FakeNiFi:
                     return 409, "duplicate public port name"
                 new_id = str(uuid.uuid4())
                 table[new_id] = component["name"]
+                self.port_state[new_id] = "STOPPED"
+                self.revision[new_id] = 1
                 self.creates += 1
-                return 201, {"id": new_id, "component": {"id": new_id, "name": component["name"]}}
+                return 201, self._port_entity(new_id, table)
+            prefix = f"/{kind}/"
+            if path.startswith(prefix):
+                port_id, _, rest = path[len(prefix):].partition("/")
+                if port_id not in table:
+                    return 404, f"Unable to find port with id '{port_id}'."
+                if method == "GET" and rest == "":
+                    return 200, self._port_entity(port_id, table)
+                if method == "PUT" and rest == "run-status":
+                    return self._run_status(port_id, table, body)
         if method == "POST" and path == f"/process-groups/{self.root}/connections":
             if body.get("revision", {}).get("version") != 0:
                 return 400, "A revision of 0 must be specified"
@@ -110,13 +125,33 @@ class FakeNiFi:
             self.creates += 1
             return 201, {"id": new_id, "component": component}
         if method == "PUT" and path == f"/flow/process-groups/{self.root}":
-            if body.get("id") != self.root:
-                return 400, "The process group id in the request body does not equal the URL"
-            if body.get("state") not in ("RUNNING", "STOPPED", "ENABLED", "DISABLED"):
-                return 400, "bad state"
-            self.state = body["state"]
-            return 200, body
+            # the root group also holds an invalid processor: NiFi refuses to schedule the group
+            self.group_starts += 1
+            return 409, "UpdateAttribute[id=...] cannot be started because it is not valid"
         return 404, f"no such resource {method} {path}"
+
+    def _port_entity(self, port_id: str, table: dict[str, str]) -> dict[str, Any]:
+        return {
+            "id": port_id,
+            "revision": {"version": self.revision[port_id]},
+            "component": {"id": port_id, "name": table[port_id], "state": self.port_state[port_id]},
+        }
+
+    def _run_status(self, port_id: str, table: dict[str, str], body: Any) -> tuple[int, Any]:
+        revision = (body or {}).get("revision")
+        if revision is None:
+            return 400, "Revision must be specified."
+        if revision.get("version") != self.revision[port_id]:
+            return 400, f"Error: {revision.get('version')} is not the most up-to-date revision."
+        state = body.get("state")
+        if state not in ("RUNNING", "STOPPED", "DISABLED"):
+            return 400, "The run status must be RUNNING, STOPPED or DISABLED."
+        current = self.port_state[port_id]
+        if state == "RUNNING" and current != "STOPPED":
+            return 409, f"Port {port_id} cannot be started because it is {current}"
+        self.port_state[port_id] = state
+        self.revision[port_id] += 1
+        return 200, self._port_entity(port_id, table)
 
 
 @pytest.fixture
@@ -163,13 +198,27 @@ def test_creates_flow_and_is_idempotent(
     ((source, destination),) = nifi.connections.values()
     assert nifi.input_ports[source] == "from-spark"
     assert nifi.output_ports[destination] == "to-spark"
-    assert nifi.state == "RUNNING"
+    assert nifi.port_state == {source: "RUNNING", destination: "RUNNING"}
+    assert nifi.group_starts == 0
     first = capsys.readouterr().out
     assert source in first and destination in first
 
     assert script.main(["--url", url, "--wait", "5"]) == 0
     assert nifi.creates == 3
+    assert nifi.port_state == {source: "RUNNING", destination: "RUNNING"}
     assert capsys.readouterr().out == first
+
+
+def test_existing_stopped_and_disabled_ports_are_started(fake_nifi: tuple[FakeNiFi, str]) -> None:
+    nifi, url = fake_nifi
+    script = _load_script()
+    assert script.main(["--url", url, "--wait", "5"]) == 0
+    (source,) = nifi.input_ports
+    (destination,) = nifi.output_ports
+    nifi.port_state.update({source: "DISABLED", destination: "STOPPED"})
+    assert script.main(["--url", url, "--wait", "5"]) == 0
+    assert nifi.port_state == {source: "RUNNING", destination: "RUNNING"}
+    assert nifi.creates == 3 and nifi.group_starts == 0
 
 
 def test_unreachable_nifi_fails_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,7 +1,7 @@
-"""The PySpark data source ``nifi-s2s`` (Python Data Source API, pyspark >= 4.2).
+"""The PySpark data source ``nifi-s2s`` (Python Data Source API, pyspark >= 4.0).
 
 Owns: :class:`DefaultSource` (found by Spark's auto-registration through
-``pyspark_s2s.DefaultSource``; register it by hand for ``--py-files`` zips), the stream and batch
+``pyspark_s2s.DefaultSource``; :func:`register` it by hand for ``--py-files`` zips), the stream and batch
 readers (``spark.source``), the writers (``spark.sink``), the options (``spark.options``), the
 schema (``spark.schema``) and the staging area (``spark.staging``).
 
@@ -11,8 +11,9 @@ This is the only package that imports pyspark. It is built on the client
 
 from __future__ import annotations
 
+from pyspark_s2s.spark.compat import register
 from pyspark_s2s.spark.datasource import DefaultSource
 from pyspark_s2s.spark.options import SPARK_OPTIONS, SparkOptions
 from pyspark_s2s.spark.schema import SOURCE_SCHEMA
 
-__all__ = ["SOURCE_SCHEMA", "SPARK_OPTIONS", "DefaultSource", "SparkOptions"]
+__all__ = ["SOURCE_SCHEMA", "SPARK_OPTIONS", "DefaultSource", "SparkOptions", "register"]

@@ -38,10 +38,10 @@ SOURCE_COLUMNS = tuple(f.name for f in SOURCE_SCHEMA.fields)
 
 def arrow_source_schema(schema: StructType = SOURCE_SCHEMA) -> Any:
     """The Arrow schema Spark checks every yielded record batch against (exact equality), as
-    Spark's reader worker derives it: ``to_arrow_schema(schema, timezone="UTC")``."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    Spark's reader worker derives it (:func:`~pyspark_s2s.spark.compat.spark_arrow_schema`)."""
+    from pyspark_s2s.spark.compat import spark_arrow_schema
 
-    return to_arrow_schema(schema, timezone="UTC")
+    return spark_arrow_schema(schema)
 
 
 def to_output_batch(batch: Any, schema: Any, *, peer: str, transaction_id: str, received_at_us: int) -> Any:

@@ -16,11 +16,11 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
-    DataSourceStreamArrowWriter,
     WriterCommitMessage,
 )
 from pyspark.sql.types import BinaryType, MapType, StringType, StructField, StructType
@@ -35,6 +35,7 @@ from pyspark_s2s.spark.commitlog import (
     abort_handles,
     commit_handles,
 )
+from pyspark_s2s.spark.compat import StreamArrowWriterBase, arrow_batches
 from pyspark_s2s.spark.options import SparkOptions
 from pyspark_s2s.spark.sink_task import (
     SINK_ATTRIBUTES,
@@ -161,21 +162,24 @@ class _NiFiWriter:
         self.records = record_write_spec(opts, schema) if opts.record_format else None
         self.layout = check_sink_schema(schema) if self.records is None else SinkLayout(0, 1)
         self.overwrite = overwrite  # NiFi ports only take new FlowFiles: every row is sent either way
+        self.schema = schema
         #: made once on the driver per writer (per micro-batch / per df.write), shared by its tasks
         self.write_token = uuid.uuid4().hex
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+    def write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
+        # record batches from Spark, or Rows from pyspark 4.0's stream writer (compat.arrow_batches)
+        batches = arrow_batches(iterator, self.schema)
         ids = TaskIds.current(self.write_token)
         if self.records is not None:
-            return write_record_partition(self.opts, self.records, iterator, ids)
-        return write_partition(self.opts, self.layout, iterator, ids)
+            return write_record_partition(self.opts, self.records, batches, ids)
+        return write_partition(self.opts, self.layout, batches, ids)
 
     def _log(self) -> CommitLog | None:
         location = self.opts.checkpoint_location
         return CommitLog(location) if location else None
 
 
-class NiFiStreamWriter(_NiFiWriter, DataSourceStreamArrowWriter):
+class NiFiStreamWriter(_NiFiWriter, StreamArrowWriterBase):
     """``df.writeStream.format("nifi-s2s")``: one instance per micro-batch (Spark rebuilds it)."""
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

@@ -37,13 +37,6 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     InputPartition,
 )
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxBytes,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
 from pyspark.sql.types import StructType
 
 from pyspark_s2s.client import SiteToSiteClient
@@ -55,6 +48,15 @@ from pyspark_s2s.errors import (
     TransactionNotFoundError,
 )
 from pyspark_s2s.protocol.codes import Direction
+from pyspark_s2s.spark.compat import (
+    ADMISSION_CONTROL,
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+    note_once,
+)
 from pyspark_s2s.spark.options import SparkOptions
 from pyspark_s2s.spark.planning import (
     INITIAL_OFFSET,
@@ -268,6 +270,7 @@ def _pull_and_stage(client: SiteToSiteClient, opts: SparkOptions, part: NiFiPart
     from pyspark_s2s.client.arrow import ARROW_SCHEMA
 
     staged = None
+    started = time.monotonic()
     try:
         tx = _open(client, part, peer)
         manifest: dict[str, Any] = {
@@ -325,6 +328,9 @@ def _pull_and_stage(client: SiteToSiteClient, opts: SparkOptions, part: NiFiPart
             manifest["state"] = "confirmed"
             staging.write_manifest(part.scope, part.index, manifest, round_)
             tx.complete()
+            logger.info("partition %s/%d round %d: %d FlowFiles, %d bytes from %s (port %s) in %.2f s",
+                        part.scope, part.index, round_, manifest["rows"], manifest["bytes"], manifest["peer"],
+                        opts.client.port, time.monotonic() - started)
             return manifest
     except BaseException:
         if staged is not None:
@@ -370,6 +376,11 @@ class _Driver:
         self.backlog: int | None = None
         self.first_batch: int | None = None
         self.last_warning = 0.0
+        #: pyspark 4.0/4.1: the offset Spark stands at (it passes no start to latestOffset)
+        self.known: dict[str, Any] | None = None
+        #: reportLatestOffset's last answer and when it asked the peers
+        self.backlog_report: dict[str, Any] | None = None
+        self.backlog_at = float("-inf")
 
 
 class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -449,7 +460,55 @@ class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             size = limit.max_bytes
         return rows, size
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+    def _known_start(self) -> dict[str, Any]:
+        """pyspark 4.0/4.1 call ``latestOffset()`` without the start offset: the last offset this
+        driver planned or Spark handed it, else (a restarted driver) the one kept in the staging
+        area, else the initial offset."""
+        st = self._state()
+        if st.known is None:
+            st.known = self._staging.remembered_offset() or self.initialOffset()
+            note_once("admission-control",
+                      "this pyspark line has no admission control for Python sources: "
+                      "maxFlowFilesPerTrigger/maxBytesPerTrigger are applied by the source itself, "
+                      "and Trigger.AvailableNow reads in one micro-batch (docs/spark.md, Spark lines)")
+        return st.known
+
+    def _note(self, offset: dict[str, Any]) -> None:
+        st = self._state()
+        if not ADMISSION_CONTROL and (st.known is None or int(offset["batch"]) >= int(st.known["batch"])):
+            st.known = offset
+
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None) -> dict[str, Any]:
+        if start is None:  # pyspark 4.0/4.1: no start, no limit (the options' caps still apply)
+            start = self._known_start()
+        if limit is None:
+            limit = self.getDefaultReadLimit()
+        offset = self._latest(start, limit)
+        if offset is not start and not ADMISSION_CONTROL:
+            self._staging.remember_offset(offset)  # before Spark sees it: a restart resumes from it
+            self._note(offset)
+        return offset
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """NiFi's backlog for the progress report (pyspark >= 4.2 shows it as the source's
+        ``latestOffset``): the FlowFiles the peers report queued, summed and per peer. NiFi
+        reports a node's whole queued count, not the port's. Asks the peers at most once a
+        second; None when they cannot be listed (the query goes on)."""
+        st = self._state()
+        now = time.monotonic()
+        if now - st.backlog_at >= 1.0:
+            st.backlog_at = now
+            try:
+                statuses = st.client.peer_statuses(Direction.RECEIVE, refresh=True)
+            except S2SError as exc:
+                logger.debug("reportLatestOffset: cannot list the NiFi peers: %s", exc)
+                st.backlog_report = None
+            else:
+                peers = {f"{p.hostname}:{p.port}": p.flow_file_count for p, _ in statuses}
+                st.backlog_report = {"queuedFlowFiles": sum(peers.values()), "peers": peers}
+        return st.backlog_report
+
+    def _latest(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         st = self._state()
         n = int(start["batch"])
         if n >= 0:
@@ -481,7 +540,8 @@ class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if st.available_now and st.first_batch is None:
             st.first_batch = n + 1
         offset = make_offset(n + 1, plan)
-        logger.debug("planned batch %d: %s", n + 1, offset["plan"])
+        logger.info("planned batch %d of port %s: %s", n + 1, self._opts.client.port,
+                    ", ".join(f"{e['peer']} x{e['partitions']}" for e in offset["plan"]))
         return offset
 
     def _warn(self, message: str) -> None:
@@ -492,6 +552,7 @@ class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             logger.warning("nifi-s2s source (port %s): %s", self._opts.client.port, message)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[NiFiPartition]:
+        self._note(end)
         if int(end["batch"]) == int(start["batch"]):
             return []
         scope = batch_scope(int(end["batch"]))

@@ -5,6 +5,7 @@ Owns: the layout under ``stagingLocation`` and its atomic writes::
     <stagingLocation>/<scope>/part-00003-r0000.json              round 0's manifest (its commit marker)
     <stagingLocation>/<scope>/part-00003-r0000-<attempt>.arrow   round 0's FlowFiles (Arrow IPC file)
     <stagingLocation>/<scope>/part-00003.done                    the partition's rounds are final
+    <stagingLocation>/driver/latest-offset.json                  the last planned offset (pyspark 4.0/4.1)
 
 ``scope`` is ``batch-<N>`` for micro-batch N of a streaming query and ``read-<uuid>`` for one
 batch read. A partition reads in rounds (one NiFi transaction each). Every file is written under a temporary name and renamed into place (on a local
@@ -213,6 +214,19 @@ class StagingArea:
             if name:
                 with contextlib.suppress(FileNotFoundError):
                     self.fs.delete_file(self.path(scope, name))
+
+    #: where a driver on pyspark 4.0/4.1 keeps the last offset it planned (``driver/latest-offset.json``)
+    OFFSET_SCOPE, OFFSET_NAME = "driver", "latest-offset.json"
+
+    def remember_offset(self, offset: dict[str, Any]) -> None:
+        """Keep ``offset`` (as its exact JSON text: Spark compares offsets as text) for a restarted
+        driver that Spark does not tell where the query stands (pyspark 4.0/4.1)."""
+        self._write_json(self.OFFSET_SCOPE, self.OFFSET_NAME, {"offset": json.dumps(offset)})
+
+    def remembered_offset(self) -> dict[str, Any] | None:
+        """The offset :meth:`remember_offset` kept last, or None."""
+        kept = self._read_json(self.OFFSET_SCOPE, self.OFFSET_NAME)
+        return None if kept is None else dict(json.loads(kept["offset"]))
 
     def delete_batches_through(self, batch: int) -> int:
         """Remove the staged data of every micro-batch up to ``batch``; returns how many."""
