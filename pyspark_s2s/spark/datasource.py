@@ -34,13 +34,25 @@ class DefaultSource(DataSource):
         return "nifi-s2s"
 
     def schema(self) -> StructType:
+        opts = self._options()
+        if opts.record_format:
+            # record mode without .schema(...): Avro's or Parquet's own schema, read from the port's
+            # first FlowFile, which stays in NiFi (spark.source.infer_record_schema)
+            from pyspark_s2s.spark.source import infer_record_schema
+
+            return infer_record_schema(opts)
         return SOURCE_SCHEMA
 
     def _options(self) -> SparkOptions:
         return SparkOptions.parse(self.options)
 
     @staticmethod
-    def _check_read_schema(schema: StructType) -> None:
+    def _check_read_schema(schema: StructType, opts: SparkOptions | None = None) -> None:
+        if opts is not None and opts.record_format:
+            from pyspark_s2s.spark.schema import check_record_schema
+
+            check_record_schema(schema, opts)
+            return
         if [f.name for f in schema.fields] != [f.name for f in SOURCE_SCHEMA.fields] or \
                 [f.dataType for f in schema.fields] != [f.dataType for f in SOURCE_SCHEMA.fields]:
             raise ConfigError(
@@ -52,14 +64,16 @@ class DefaultSource(DataSource):
     def reader(self, schema: StructType) -> Any:
         from pyspark_s2s.spark.source import NiFiBatchReader
 
-        self._check_read_schema(schema)
-        return NiFiBatchReader(self._options(), schema)
+        opts = self._options()
+        self._check_read_schema(schema, opts)
+        return NiFiBatchReader(opts, schema)
 
     def streamReader(self, schema: StructType) -> Any:
         from pyspark_s2s.spark.source import NiFiStreamReader
 
-        self._check_read_schema(schema)
-        return NiFiStreamReader(self._options(), schema)
+        opts = self._options()
+        self._check_read_schema(schema, opts)
+        return NiFiStreamReader(opts, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         from pyspark_s2s.spark.sink import NiFiBatchWriter

@@ -26,6 +26,7 @@ from pyspark_s2s.client.config import (
 from pyspark_s2s.client.config import (
     Option,
     SiteToSiteClientConfig,
+    _bool,
     _dur,
     _parse_int,
     _parse_str,
@@ -38,6 +39,8 @@ from pyspark_s2s.errors import ConfigError
 
 __all__ = [
     "COMMIT_MODES",
+    "READ_MODES",
+    "RECORD_FORMATS",
     "ROUTINGS",
     "SPARK_ONLY_OPTIONS",
     "SPARK_OPTIONS",
@@ -50,6 +53,11 @@ __all__ = [
 SPARK_PASSTHROUGH = ("checkpointLocation", "queryName")
 
 COMMIT_MODES = ("task", "batch")
+#: ``recordFormat`` values (pyspark_s2s.records.RECORD_FORMATS; not imported here, so the options
+#: table stays importable on its own)
+RECORD_FORMATS = ("avro", "json", "csv", "parquet")
+#: Spark's file-source ``mode`` values, for malformed record sets
+READ_MODES = ("FAILFAST", "PERMISSIVE", "DROPMALFORMED")
 ROUTINGS = ("weighted", "roundRobin", "attribute")
 
 
@@ -85,6 +93,29 @@ def _choice(choices: tuple[str, ...]) -> Any:
     return parse
 
 
+def _char(value: Any, option: str) -> str:
+    text = _parse_str(value, option)
+    if len(text) != 1:
+        raise ConfigError(f"{option} must be one character; got {value!r}", option=option)
+    return text
+
+
+def _char_or_none(value: Any, option: str) -> str | None:
+    if value == "":
+        return None
+    text = _parse_str(value, option)
+    if len(text) != 1:
+        raise ConfigError(f"{option} must be one character (or empty for none); got {value!r}", option=option)
+    return text
+
+
+def _column_name(value: Any, option: str) -> str:
+    text = _parse_str(value, option)
+    if not text.strip():
+        raise ConfigError(f"{option} must name a column", option=option)
+    return text
+
+
 def _row(name: str, attr: str, parse: Any, default: Any, type_doc: str, doc: str, *aliases: str,
          default_doc: str | None = None) -> Option:
     return Option(name, attr, parse, default, doc, type_doc, tuple(aliases), False, default_doc)
@@ -115,6 +146,38 @@ SPARK_ONLY_OPTIONS: tuple[Option, ...] = (
          "Source. After a micro-batch that found the port empty, wait this long before pulling again, so "
          "an idle port costs at most one empty pull (and one offset-log entry) per interval.",
          default_doc="1 sec"),
+    _row("recordFormat", "record_format", _choice(RECORD_FORMATS), None, "avro, json, csv or parquet",
+         "Source and sink. Record mode: each FlowFile holds a record set as NiFi's RecordSetWriters write "
+         "it, and each record is a row whose fields are the columns. Source: one FlowFile becomes as many "
+         "rows as it holds records; give the schema with `.schema(...)` (inferred for `avro` and "
+         "`parquet` when none is given). Absent: one row per FlowFile (`content`, `attributes`, ...).",
+         default_doc="none (one row per FlowFile)"),
+    _row("mode", "mode", _choice(READ_MODES), "FAILFAST", "FAILFAST, PERMISSIVE or DROPMALFORMED",
+         "Source, record mode. A FlowFile whose record set cannot be read, or whose values do not fit the "
+         "schema: `FAILFAST` fails the query naming the FlowFile uuid, format, peer, transaction and parse "
+         "error; `PERMISSIVE` yields one row with null fields (the raw content in "
+         "`columnNameOfCorruptRecord` when the schema declares that column); `DROPMALFORMED` yields no "
+         "row. Either way the FlowFile is counted in a WARN log line of its round."),
+    _row("columnNameOfCorruptRecord", "column_name_of_corrupt_record", _column_name, "_corrupt_record",
+         "string",
+         "Source, record mode, `mode=PERMISSIVE`. The column (string or binary, declared in the schema) "
+         "that holds a malformed FlowFile's raw content (UTF-8 text with replacement characters for a "
+         "string column)."),
+    _row("includeAttributes", "include_attributes", _bool, False, "boolean",
+         "Source, record mode. Add the FlowFile's attributes as column `_attributes` "
+         "(map<string,string>) and its uuid as `_uuid` (string) to every row it yields. With "
+         "`.schema(...)`, declare the ones you want; an inferred schema gets both."),
+    _row("header", "header", _bool, True, "boolean",
+         "Source and sink, `recordFormat=csv`. The first line names the columns (NiFi's CSV writer writes "
+         "one, and its reader's inference needs one). Source: columns are matched by name; without a "
+         "header, by position."),
+    _row("sep", "sep", _char, ",", "one character",
+         "Source, `recordFormat=csv`. The field separator (NiFi's default `,`).", "delimiter"),
+    _row("quote", "quote", _char, '"', "one character",
+         "Source, `recordFormat=csv`. The quote character (NiFi's default `\"`)."),
+    _row("escape", "escape", _char_or_none, "\\", "one character",
+         "Source, `recordFormat=csv`. The escape character inside quotes (NiFi's CSV writer escapes `\"` "
+         "and `\\` with `\\`; quotes doubled as in RFC 4180 are read too); empty: none."),
     _row("commitMode", "commit_mode", _choice(COMMIT_MODES), "task", "task or batch",
          "Sink. `task`: every task commits its own transactions (at least once; duplicates after a retry "
          "carry de-duplication attributes). `batch`: tasks send and verify, the driver commits every "
@@ -150,6 +213,14 @@ class SparkOptions:
     max_bytes_per_trigger: int | None = None
     min_partitions: int | None = None
     idle_poll_interval: float = 1.0
+    record_format: str | None = None
+    mode: str = "FAILFAST"
+    column_name_of_corrupt_record: str = "_corrupt_record"
+    include_attributes: bool = False
+    header: bool = True
+    sep: str = ","
+    quote: str = '"'
+    escape: str | None = "\\"
     commit_mode: str = "task"
     routing: str = "weighted"
     routing_attribute: str | None = None
