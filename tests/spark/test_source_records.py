@@ -249,3 +249,31 @@ def test_schema_errors_name_the_column_on_the_driver(spark: Any, srv: ServerProc
     with pytest.raises(PySparkException, match=message):
         reader(spark, srv, fmt, schema, **options).collect()
     assert srv.admin.queued("out") == 1  # refused before any task read a FlowFile
+
+
+# -- a driver killed mid-stream -------------------------------------------------------------------
+
+def test_driver_killed_mid_stream_reads_every_record_exactly_once(tmp_path: Path) -> None:
+    import signal
+
+    from test_source_restart import _driver, _finish, _ids
+
+    with ServerProcess("--output-port", "out") as srv:
+        # 30 FlowFiles of 10 Parquet records each (record ids k*10 .. k*10+9)
+        ffs = []
+        for k in range(30):
+            rows = [{**rs.ROWS[0], "id": k * 10 + i, "name": f"r{k * 10 + i}"} for i in range(10)]
+            ffs.append(({"mime.type": rs.MIME["parquet"]}, rs.parquet_records(rows)))
+        srv.admin.enqueue("out", ffs)
+        cfg = {"record_format": "parquet", "schema": "id BIGINT, name STRING", "id_column": "id",
+               "expect": 300, "per_trigger": 10}
+        # batch 1 is read, staged and confirmed (NiFi forgets it), then the driver dies before
+        # Spark commits the batch
+        assert _finish(_driver(tmp_path, srv.url, kill_in_batch=1, **cfg)) == -signal.SIGKILL
+        assert (tmp_path / "out" / "killed").exists()
+        _finish(_driver(tmp_path, srv.url, **cfg))
+        ids = _ids(tmp_path / "out")
+        assert sorted(ids) == list(range(300))  # every record exactly once
+        attempts = (tmp_path / "out" / "attempts.log").read_text().split()
+        assert attempts[::2].count("1") == 2  # batch 1 ran twice: re-parsed from the staging area
+        assert srv.admin.queued("out") == 0
