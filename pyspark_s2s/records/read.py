@@ -467,7 +467,7 @@ def _is_epoch_text(arr: pa.Array) -> bool:
 
 def _convert(arr: pa.Array, t: pa.DataType, name: str) -> pa.Array:
     src = arr.type
-    if pa.types.is_null(src):
+    if pa.types.is_null(src) or arr.null_count == len(arr):
         return pa.nulls(len(arr), t)
     if pa.types.is_dictionary(src):
         return _cast(arr.dictionary_decode(), t, name)
