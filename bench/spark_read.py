@@ -180,7 +180,11 @@ def spark_read_records(spark: Any, url: str, fmt: str, rows: int, work: Path) ->
 
 def register_ceiling(spark: Any) -> None:
     """A Python streaming source that only yields the same Arrow batches (the path's ceiling)."""
-    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceStreamReader,
+        InputPartition,
+    )
 
     class CeilingReader(DataSourceStreamReader):
         def __init__(self, options: dict[str, str]) -> None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import io
 import json
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -248,8 +247,10 @@ def _avro_header(buf: pa.Buffer) -> tuple[dict[str, Any], str]:
         raise MalformedRecordSet("not an Avro object container file (no 'Obj\\x01' header)")
     try:
         reader = fastavro.reader(pa.BufferReader(buf))
-    except (ValueError, EOFError, KeyError, TypeError, fastavro.read.SchemaResolutionError) as exc:
-        raise MalformedRecordSet(f"cannot read the Avro header: {exc}") from None
+    except (ValueError, EOFError, KeyError, TypeError, IndexError, fastavro.read.SchemaResolutionError,
+            fastavro.schema.SchemaParseException, SystemError) as exc:
+        # SystemError: fastavro's C reader on a corrupt length ("Negative size passed to ...")
+        raise MalformedRecordSet(f"cannot read the Avro header: {type(exc).__name__}: {exc}") from None
     return reader.writer_schema, str(reader.metadata.get("avro.codec", "null"))
 
 
@@ -298,8 +299,9 @@ def _avro_polars(buf: pa.Buffer) -> pa.Table:
     import polars as pl
     try:
         return pl.read_avro(pa.BufferReader(buf)).to_arrow()
-    except Exception as exc:  # polars raises its own ComputeError/OSError family
-        raise MalformedRecordSet(f"cannot read the Avro container: {exc}") from None
+    except (pl.exceptions.PolarsError, pl.exceptions.PanicException, OSError, ValueError) as exc:
+        # polars' Rust decoder panics (PanicException, a BaseException) on some corrupt blocks
+        raise MalformedRecordSet(f"cannot read the Avro container: {type(exc).__name__}: {exc}") from None
 
 
 #: logical types fastavro would turn into Python objects: read as their base type instead and
@@ -341,7 +343,8 @@ def _avro_fastavro(buf: pa.Buffer, writer_schema: Any, bare: Any) -> pa.Table:
         table = pa.Table.from_pylist(records, schema=raw)
     except MalformedRecordSet:
         raise
-    except Exception as exc:  # fastavro raises ValueError, EOFError, SchemaParseException, ...
+    except (ValueError, TypeError, KeyError, IndexError, EOFError, OSError, SystemError, pa.ArrowException,
+            fastavro.read.SchemaResolutionError, fastavro.schema.SchemaParseException) as exc:
         raise MalformedRecordSet(f"cannot read the Avro data: {type(exc).__name__}: {exc}") from None
     del records
     try:

@@ -64,7 +64,12 @@ from pyspark_s2s.spark.planning import (
     make_plan,
     partitions_of,
 )
-from pyspark_s2s.spark.schema import FlowFileRows, RecordRows, make_rows, spark_schema_from_arrow
+from pyspark_s2s.spark.schema import (
+    FlowFileRows,
+    RecordRows,
+    make_rows,
+    spark_schema_from_arrow,
+)
 from pyspark_s2s.spark.staging import StagingArea, batch_scope
 
 __all__ = ["NiFiBatchReader", "NiFiPartition", "NiFiStreamReader", "infer_record_schema", "read_partition"]

@@ -145,3 +145,47 @@ def test_avro_that_is_not_a_container_nor_has_a_schema_attribute() -> None:
         _rows(b"Obj\x01garbage", "avro", schema)
     with pytest.raises(MalformedRecordSet, match="not a Parquet file"):
         infer_arrow_schema(b"PAR1nope", "parquet")
+
+
+def _samples() -> dict[str, tuple[bytes, pa.Schema]]:
+    import fastavro
+
+    schema = pa.schema([("id", pa.int64()), ("s", pa.string()), ("ts", UTC_US)])
+    rows = [{"id": i, "s": "x" * (i % 50), "ts": 1_700_000_000_000 + i} for i in range(200)]
+    out: dict[str, tuple[bytes, pa.Schema]] = {}
+    avro_schema = {"type": "record", "name": "r", "fields": [
+        {"name": "id", "type": ["long", "null"]}, {"name": "s", "type": ["string", "null"]},
+        {"name": "ts", "type": [{"type": "long", "logicalType": "timestamp-millis"}, "null"]}]}
+    for codec in ("null", "deflate", "bzip2"):
+        buf = io.BytesIO()
+        fastavro.writer(buf, avro_schema, rows, codec=codec, sync_interval=1000)
+        out[f"avro-{codec}"] = (buf.getvalue(), schema)
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"id": [r["id"] for r in rows], "s": [r["s"] for r in rows],
+                             "ts": pa.array([r["ts"] for r in rows], pa.timestamp("ms", tz="UTC"))}), buf,
+                   row_group_size=50)
+    out["parquet"] = (buf.getvalue(), schema)
+    out["json"] = (json.dumps(rows).encode(), schema)
+    out["csv"] = (b"id,s,ts\n" + b"".join(f"{r['id']},{r['s']},{r['ts']}\n".encode() for r in rows), schema)
+    return out
+
+
+@pytest.mark.parametrize("name", ["avro-null", "avro-deflate", "avro-bzip2", "parquet", "json", "csv"])
+def test_corrupt_or_truncated_content_reads_or_raises_malformed_and_nothing_else(name: str) -> None:
+    import random
+
+    data, schema = _samples()[name]
+    fmt = name.split("-")[0]
+    rnd = random.Random(17)
+    outcomes = {"read": 0, "malformed": 0}
+    for cut in range(1, len(data), max(1, len(data) // 80)):  # bounded: about 160 variants
+        flipped = bytearray(data)
+        flipped[cut] ^= 1 << rnd.randrange(8)
+        for variant in (data[:cut], bytes(flipped)):
+            try:
+                for batch in read_record_set(variant, fmt, schema):
+                    assert batch.schema.equals(schema)
+                outcomes["read"] += 1
+            except MalformedRecordSet:
+                outcomes["malformed"] += 1
+    assert outcomes["malformed"] > 0, outcomes

@@ -26,7 +26,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 #: the record fields with the Spark DDL type of each
 FIELDS = [
