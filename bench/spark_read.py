@@ -101,6 +101,9 @@ def spark_read(spark: Any, url: str, n: int, partitions: int, work: Path) -> tup
 
 RECORD_DDL = "id BIGINT, name STRING, score DOUBLE, ok BOOLEAN, ts TIMESTAMP"
 FORMATS = ("parquet", "avro", "json", "csv")
+#: rows per batch the ceiling yields: what record mode hands Spark (RecordRows gathers the records of
+#: small FlowFiles into batches of 65,536 rows)
+CEILING_BATCH = 65536
 
 
 def record_table(n: int, start: int = 0) -> Any:
@@ -285,9 +288,9 @@ def records_main(args: argparse.Namespace) -> int:
                 spark_read_records(spark, url, fmt, 2 * per_ff, work / f"warm-{fmt}")
             fill(url, 2000)
             spark_read(spark, url, 2000, 1, work / "warm")
-            ceiling(spark, per_ff, min(per_ff, 65536), work / "warm-ceiling")
+            ceiling(spark, per_ff, CEILING_BATCH, work / "warm-ceiling")
             for r in range(args.rounds):
-                results["ceiling"].append(ceiling(spark, rows, min(per_ff, 65536), work / f"c{r}"))
+                results["ceiling"].append(ceiling(spark, rows, CEILING_BATCH, work / f"c{r}"))
                 fill(url, args.per_row_flowfiles)
                 e2e, mb = spark_read(spark, url, args.per_row_flowfiles, 1, work / f"p{r}")
                 results["per-row"].append((e2e, mb))
@@ -324,9 +327,11 @@ def memory_main(args: argparse.Namespace) -> int:
         del content
         work = Path(tempfile.mkdtemp(prefix="bench-spark-read-memory-"))
         try:
-            code = MEMORY_CHILD.format(url=server.url, staging=str(work / "staging"), ddl=RECORD_DDL)
+            code = MEMORY_CHILD.format(url=server.url, staging=str(work / "staging"))
             out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                                 check=True, cwd=str(REPO))
+                                 check=False, cwd=str(REPO))
+            if out.returncode:
+                raise RuntimeError(f"the reading process failed: {out.stderr[-3000:]}")
         finally:
             shutil.rmtree(work, ignore_errors=True)
     print(out.stdout.strip())
@@ -336,13 +341,15 @@ def memory_main(args: argparse.Namespace) -> int:
 
 MEMORY_CHILD = """
 import resource
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructType, StructField, LongType, StringType, DoubleType, BooleanType, TimestampType
 from pyspark_s2s.spark.options import SparkOptions
 from pyspark_s2s.spark.schema import make_rows
 from pyspark_s2s.spark.source import NiFiPartition, read_partition
 from pyspark_s2s.spark.staging import StagingArea, batch_scope
 opts = SparkOptions.parse({{"url": "{url}", "portName": "out", "recordFormat": "parquet", "timeout": "300 sec"}})
-rows = make_rows(StructType.fromDDL("{ddl}"), opts)
+schema = StructType([StructField("id", LongType()), StructField("name", StringType()), StructField("score", DoubleType()),
+                     StructField("ok", BooleanType()), StructField("ts", TimestampType())])  # RECORD_DDL
+rows = make_rows(schema, opts)
 peer = "{url}".split("//")[1].split("/")[0]
 def rss():
     with open("/proc/self/status") as f:
@@ -350,14 +357,66 @@ def rss():
 before = rss()
 got = size = 0
 for b in read_partition(opts, rows, NiFiPartition(batch_scope(0), 0, peer), StagingArea("{staging}")):
+    if not got:
+        first = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # received, staged, first batch parsed
     got += b.num_rows
-    size = max(size, b.nbytes)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 import os
 staged = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk("{staging}") for f in fs if f.endswith(".arrow"))
 print(f"one Parquet FlowFile of {{staged / 2**20:,.0f}} MiB staged ({{got:,}} rows): peak RSS grew by "
-      f"{{(peak - before) / 2**20:,.0f}} MiB = {{(peak - before) / staged:.2f}}x the FlowFile (RSS before {{before / 2**20:,.0f}} MiB)")
+      f"{{(peak - before) / 2**20:,.0f}} MiB = {{(peak - before) / staged:.2f}}x the FlowFile (RSS before {{before / 2**20:,.0f}} MiB; "
+      f"peak by the first batch: {{(first - before) / 2**20:,.0f}} MiB)")
 """
+
+
+def libraries_main(args: argparse.Namespace) -> int:
+    """Avro -> Arrow (and the text formats) with each candidate library, one thread, no server:
+    the measurement behind records.read's choices (docs/benchmarks.md, "Record mode: reading")."""
+    import io
+
+    import fastavro
+    import polars as pl
+    import pyarrow as pa
+
+    from pyspark_s2s.records.read import read_record_set
+
+    n = args.records_per_flowfile
+    target = pa.schema([("id", pa.int64()), ("name", pa.string()), ("score", pa.float64()), ("ok", pa.bool_()),
+                        ("ts", pa.timestamp("us", tz="UTC"))])
+    rows = record_table(n).set_column(4, "ts", record_table(n).column("ts").cast(pa.int64())).to_pylist()
+    schema = fastavro.parse_schema({"type": "record", "name": "nifiRecord", "namespace": "org.apache.nifi", "fields": [
+        {"name": "id", "type": ["long", "null"]}, {"name": "name", "type": ["string", "null"]},
+        {"name": "score", "type": ["double", "null"]}, {"name": "ok", "type": ["boolean", "null"]},
+        {"name": "ts", "type": [{"type": "long", "logicalType": "timestamp-millis"}, "null"]}]})
+    pl.read_avro(io.BytesIO(record_content("avro", 10)))  # import and first-call costs out of the way
+
+    def rate(fn: Any) -> float:
+        fn()
+        times = []
+        for _ in range(args.rounds):
+            t0 = time.perf_counter()
+            for _ in range(5):
+                fn()
+            times.append(time.perf_counter() - t0)
+        return 5 * n / statistics.median(times)
+
+    print(f"one thread, {n:,}-record FlowFiles of the 5 columns, medians of {args.rounds} (load average "
+          f"{load_average()}):")
+    for codec in ("null", "deflate", "snappy", "bzip2", "xz"):
+        buf = io.BytesIO()
+        fastavro.writer(buf, schema, rows, codec=codec)
+        data = buf.getvalue()
+        fa = rate(lambda: pa.Table.from_pylist(list(fastavro.reader(io.BytesIO(data))), schema=target))
+        try:
+            po = f"{rate(lambda: pl.read_avro(io.BytesIO(data)).to_arrow()):>12,.0f}"
+        except pl.exceptions.PolarsError:
+            po = f"{'unsupported':>12}"
+        ours = rate(lambda: list(read_record_set(data, 'avro', target)))
+        print(f"  avro {codec:8} fastavro+from_pylist {fa:>10,.0f}  polars {po}  records.read {ours:>12,.0f} rows/s")
+    for fmt in ("json", "csv", "parquet"):
+        data = record_content(fmt, n)
+        print(f"  {fmt:13} records.read (pyarrow) {rate(lambda: list(read_record_set(data, fmt, target))):>12,.0f} rows/s")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -374,7 +433,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--formats", nargs="+", default=list(FORMATS), choices=FORMATS)
     ap.add_argument("--memory", action="store_true", help="peak memory reading one ~200 MB Parquet FlowFile")
     ap.add_argument("--memory-rows", type=int, default=5_000_000)
+    ap.add_argument("--libraries", action="store_true", help="Avro/JSON/CSV/Parquet -> Arrow per library, one thread")
     args = ap.parse_args(argv)
+    if args.libraries:
+        return libraries_main(args)
     if args.memory:
         return memory_main(args)
     if args.records:

@@ -1,8 +1,8 @@
 """``DefaultSource``: the ``nifi-s2s`` data source Spark instantiates.
 
-Owns: the name, the source schema, option validation at query start (every reader/writer is
-built from :meth:`SparkOptions.parse`, so a bad option fails the query before any task runs),
-and the hand-off to the readers (``spark.source``) and writers (``spark.sink``).
+Owns: the name, the source schema (in record mode: the user's, checked, or one inferred from
+the port), option validation at query start (every reader/writer is built from
+:meth:`SparkOptions.parse`, so a bad option fails the query before any task runs), and the hand-off to the readers (``spark.source``) and writers (``spark.sink``).
 
 Must not import: the server. Readers and writers are imported when asked for, so a driver that
 only reads never imports the writer code and vice versa.
@@ -57,7 +57,8 @@ class DefaultSource(DataSource):
                 [f.dataType for f in schema.fields] != [f.dataType for f in SOURCE_SCHEMA.fields]:
             raise ConfigError(
                 f"the nifi-s2s source has a fixed schema ({SOURCE_SCHEMA.simpleString()}); "
-                f"do not pass .schema(...) to the reader (got {schema.simpleString()})",
+                f"do not pass .schema(...) to the reader (got {schema.simpleString()}), or set recordFormat "
+                "(avro, json, csv, parquet) to read each FlowFile's records as rows of that schema",
                 option="schema",
             )
 

@@ -256,11 +256,12 @@ _COALESCE_ROWS = 65536
 class RecordRows:
     """Record mode: every staged FlowFile's record set parsed into rows of the user's schema.
 
-    Each FlowFile is parsed whole before any of its rows is yielded, so it is all or nothing
-    (as in NiFi, where a record processor fails a whole FlowFile): a malformed FlowFile raises
-    (FAILFAST), becomes one row of nulls with its raw content in the corrupt-record column
-    (PERMISSIVE) or no row (DROPMALFORMED). Parsing happens when the rows are yielded, from the
-    staged FlowFiles, so a replay parses the same content again.
+    A malformed FlowFile raises (FAILFAST: rows are handed on as they are parsed, and the error
+    fails the task), or is all or nothing (PERMISSIVE, DROPMALFORMED: the FlowFile is parsed whole
+    before any of its rows is kept, as in NiFi, where a record processor fails a whole FlowFile):
+    one row of nulls with its raw content in the corrupt-record column (PERMISSIVE) or no row
+    (DROPMALFORMED). Parsing happens when the rows are yielded, from the staged FlowFiles, so a
+    replay parses the same content again.
     """
 
     def __init__(self, schema: StructType, opts: SparkOptions) -> None:
@@ -294,15 +295,33 @@ class RecordRows:
 
         content = batch.column(0)
         attributes = batch.column(1)
+        # each content as a slice of the batch's data buffer: a scalar (content[i]) would copy it,
+        # and a replayed batch is memory-mapped
+        bufs = content.buffers()
+        offset_type = pa.int64() if pa.types.is_large_binary(content.type) else pa.int32()
+        offsets = pa.Array.from_buffers(offset_type, len(content) + 1, [None, bufs[1]],
+                                        offset=content.offset).to_pylist()
+        values = bufs[2] or pa.py_buffer(b"")
+        nulls = content.is_null().to_pylist()
         pending: list[Any] = []
         size = 0
         for i in range(batch.num_rows):
             self.flow_files += 1
             attrs = dict(attributes[i].as_py())
             ff_uuid = attrs.get("uuid")
-            data = content[i].as_buffer() if content[i].is_valid else pa.py_buffer(b"")
+            data = pa.py_buffer(b"") if nulls[i] else values.slice(offsets[i], offsets[i + 1] - offsets[i])
+            parsed = read_record_set(data, self.fmt, self.target, self.settings, attributes=attrs)
             try:
-                parsed = list(read_record_set(data, self.fmt, self.target, self.settings, attributes=attrs))
+                if self.mode != "FAILFAST":
+                    # all or nothing: the whole FlowFile is parsed before any of its rows is kept
+                    parsed = iter(list(parsed))
+                for part in parsed:
+                    if part.num_rows:
+                        pending.append(self._with_meta(part, attributes, i, ff_uuid))
+                        size += part.num_rows
+                    if size >= _COALESCE_ROWS:
+                        yield from self._flush(pending)
+                        pending, size = [], 0
             except MalformedRecordSet as exc:
                 if self.mode == "FAILFAST":
                     raise MalformedRecordSet(
@@ -313,11 +332,6 @@ class RecordRows:
                 if self.mode == "PERMISSIVE":
                     pending.append(self._with_meta(self._null_row(), attributes, i, ff_uuid, raw=data))
                     size += 1
-                continue
-            for part in parsed:
-                if part.num_rows:
-                    pending.append(self._with_meta(part, attributes, i, ff_uuid))
-                    size += part.num_rows
             if size >= _COALESCE_ROWS:
                 yield from self._flush(pending)
                 pending, size = [], 0
