@@ -406,16 +406,16 @@ def libraries_main(args: argparse.Namespace) -> int:
         buf = io.BytesIO()
         fastavro.writer(buf, schema, rows, codec=codec)
         data = buf.getvalue()
-        fa = rate(lambda: pa.Table.from_pylist(list(fastavro.reader(io.BytesIO(data))), schema=target))
+        fa = rate(lambda data=data: pa.Table.from_pylist(list(fastavro.reader(io.BytesIO(data))), schema=target))
         try:
-            po = f"{rate(lambda: pl.read_avro(io.BytesIO(data)).to_arrow()):>12,.0f}"
+            po = f"{rate(lambda data=data: pl.read_avro(io.BytesIO(data)).to_arrow()):>12,.0f}"
         except pl.exceptions.PolarsError:
             po = f"{'unsupported':>12}"
-        ours = rate(lambda: list(read_record_set(data, 'avro', target)))
+        ours = rate(lambda data=data: list(read_record_set(data, 'avro', target)))
         print(f"  avro {codec:8} fastavro+from_pylist {fa:>10,.0f}  polars {po}  records.read {ours:>12,.0f} rows/s")
     for fmt in ("json", "csv", "parquet"):
         data = record_content(fmt, n)
-        print(f"  {fmt:13} records.read (pyarrow) {rate(lambda: list(read_record_set(data, fmt, target))):>12,.0f} rows/s")
+        print(f"  {fmt:13} records.read (pyarrow) {rate(lambda data=data, fmt=fmt: list(read_record_set(data, fmt, target))):>12,.0f} rows/s")
     return 0
 
 

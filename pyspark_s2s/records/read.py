@@ -251,7 +251,10 @@ def _avro_header(buf: pa.Buffer) -> tuple[dict[str, Any], str]:
             fastavro.schema.SchemaParseException, SystemError) as exc:
         # SystemError: fastavro's C reader on a corrupt length ("Negative size passed to ...")
         raise MalformedRecordSet(f"cannot read the Avro header: {type(exc).__name__}: {exc}") from None
-    return reader.writer_schema, str(reader.metadata.get("avro.codec", "null"))
+    schema = reader.writer_schema
+    if not isinstance(schema, dict):
+        raise MalformedRecordSet(f"the embedded Avro schema's top level is not a record: {str(schema)[:200]}")
+    return schema, str(reader.metadata.get("avro.codec", "null"))
 
 
 def _avro(buf: pa.Buffer, target: pa.Schema, attributes: Mapping[str, str]) -> pa.Table:
@@ -335,7 +338,7 @@ def _avro_fastavro(buf: pa.Buffer, writer_schema: Any, bare: Any) -> pa.Table:
         stream = pa.BufferReader(buf)
         if bare is None:
             for block in fastavro.block_reader(stream):
-                data = block.bytes_
+                data = block.bytes_  # type: ignore[attr-defined]  # the decompressed block (fastavro's stubs omit it)
                 records.extend(fastavro.schemaless_reader(data, plain, None) for _ in range(block.num_records))
         else:
             while stream.tell() < buf.size:

@@ -211,7 +211,7 @@ def _spark_type(t: Any) -> DataType:
     if types.is_date(t):
         return DateType()
     if types.is_time(t) and _time_type() is not None:
-        return _time_type()()  # type: ignore[no-any-return]
+        return _time_type()()
     if types.is_list(t) or types.is_large_list(t):
         return ArrayType(_spark_type(t.value_type), True)
     if types.is_struct(t):
