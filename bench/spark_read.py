@@ -419,6 +419,70 @@ def libraries_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def path_main(args: argparse.Namespace) -> int:
+    """The source's read path without Spark: ``read_partition`` (receive, stage, confirm, replay,
+    parse) in this process, per format and for the per-row mode, from the reference server."""
+    from pyspark.sql.types import (
+        BooleanType,
+        DoubleType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    from pyspark_s2s.spark.options import SparkOptions
+    from pyspark_s2s.spark.schema import SOURCE_SCHEMA, make_rows
+    from pyspark_s2s.spark.source import NiFiPartition, read_partition
+    from pyspark_s2s.spark.staging import StagingArea, batch_scope
+
+    schema = StructType([StructField("id", LongType()), StructField("name", StringType()),
+                         StructField("score", DoubleType()), StructField("ok", BooleanType()),
+                         StructField("ts", TimestampType())])
+    per_ff = args.records_per_flowfile
+    count = max(1, args.rows // per_ff)
+    results: dict[str, list[float]] = {k: [] for k in ("per-row", *args.formats)}
+    work = Path(tempfile.mkdtemp(prefix="bench-spark-read-path-"))
+    try:
+        with ServerSubprocess(["--ttl", "120", "--input-port", IN_PORT, "--output-port", OUT_PORT,
+                               "--route", f"{IN_PORT}={OUT_PORT}"], cwd=str(REPO)) as server:
+            peer = server.url.split("//")[1].split("/")[0]
+            contents = {fmt: record_content(fmt, per_ff) for fmt in args.formats}
+            for r in range(args.rounds + 1):  # the first round warms up
+                for which in ("per-row", *args.formats):
+                    options = {"url": server.url, "portName": OUT_PORT, "timeout": "120 sec"}
+                    if which == "per-row":
+                        fill(server.url, args.per_row_flowfiles)
+                        expect = args.per_row_flowfiles
+                        opts = SparkOptions.parse(options)
+                        rows_maker = make_rows(SOURCE_SCHEMA, opts)
+                    else:
+                        fill_content(server.url, contents[which], count, {})
+                        expect = count * per_ff
+                        opts = SparkOptions.parse({**options, "recordFormat": which})
+                        rows_maker = make_rows(schema, opts)
+                    staging = StagingArea(str(work / f"{which}-{r}"))
+                    t0 = time.perf_counter()
+                    got = 0
+                    part = NiFiPartition(batch_scope(0), 0, peer)
+                    for b in read_partition(opts, rows_maker, part, staging):
+                        got += b.num_rows
+                    secs = time.perf_counter() - t0
+                    if got != expect:
+                        raise RuntimeError(f"{which}: read {got} of {expect}")
+                    if r:
+                        results[which].append(got / secs)
+            print(f"read path without Spark (read_partition: receive, stage, confirm, replay, parse), "
+                  f"{count * per_ff:,} rows per format, per-row {args.per_row_flowfiles:,} FlowFiles, medians of "
+                  f"{args.rounds} (load average {load_average()}):")
+            for k, v in results.items():
+                print(f"  {k:10} {statistics.median(v):>12,.0f} rows/s")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.spark_read", description=__doc__.split("\n")[0])
     ap.add_argument("--flowfiles", type=int, default=300_000)
@@ -434,7 +498,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memory", action="store_true", help="peak memory reading one ~200 MB Parquet FlowFile")
     ap.add_argument("--memory-rows", type=int, default=5_000_000)
     ap.add_argument("--libraries", action="store_true", help="Avro/JSON/CSV/Parquet -> Arrow per library, one thread")
+    ap.add_argument("--path", action="store_true", help="the source's read path without Spark, per format")
     args = ap.parse_args(argv)
+    if args.path:
+        return path_main(args)
     if args.libraries:
         return libraries_main(args)
     if args.memory:
