@@ -190,14 +190,14 @@ def register_ceiling(spark: Any) -> None:
     )
 
     class CeilingReader(DataSourceStreamReader):
-        def __init__(self, options: dict[str, str]) -> None:
+        def __init__(self, options: Any) -> None:
             self.rows = int(options["rows"])
             self.per_batch = int(options["perBatch"])
 
         def initialOffset(self) -> dict[str, int]:
             return {"i": 0}
 
-        def latestOffset(self) -> dict[str, int]:
+        def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:
             return {"i": 1}
 
         def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
