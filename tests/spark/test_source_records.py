@@ -143,6 +143,27 @@ def test_inference_leaves_the_flowfiles_in_nifi(spark: Any, srv: ServerProcess, 
     assert srv.admin.queued("out") == 0
 
 
+def test_a_streaming_read_with_an_inferred_avro_schema(spark: Any, srv: ServerProcess, tmp_path: Path) -> None:
+    ids = send(srv, [(rs.record_set("avro"), {}) for _ in range(4)])
+    df = (spark.readStream.format("nifi-s2s").option("url", srv.url).option("portName", "out")
+          .option("recordFormat", "avro").option("includeAttributes", "true")
+          .option("stagingLocation", str(tmp_path / "staging")).load())
+    assert srv.admin.queued("out") == 4  # inferred at load(); the sample went back
+    name = f"q_{uuid.uuid4().hex[:8]}"
+    q = (df.writeStream.format("memory").queryName(name).option("checkpointLocation", str(tmp_path / "chk"))
+         .trigger(availableNow=True).start())
+    try:
+        assert q.awaitTermination(90)
+        assert q.exception() is None, q.exception()
+    finally:
+        q.stop()
+    got = spark.table(name).selectExpr(*rs.select_exprs("avro"), "_uuid", "_attributes['name'] AS ffname").collect()
+    assert sorted({r["_uuid"] for r in got}) == sorted(ids.values())
+    assert all(ids[r["ffname"]] == r["_uuid"] for r in got)
+    rows = [{k: v for k, v in rs.normalize(r).items() if k not in ("_uuid", "ffname")} for r in got]
+    assert by_id(rows) == by_id(rs.expected("avro") * 4)
+
+
 def test_inference_needs_a_flowfile_and_a_self_describing_format(spark: Any, srv: ServerProcess) -> None:
     from pyspark.errors import PySparkException
 
