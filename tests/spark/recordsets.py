@@ -6,7 +6,7 @@ NiFi's defaults (rel/nifi-2.11.0; docs/spark.md "Record mode" restates them with
 
 * AvroRecordSetWriter: an object container file with the schema embedded, top-level record
   ``nifiRecord`` in namespace ``org.apache.nifi``, every field a ``[T, "null"]`` union, TIMESTAMP as
-  ``timestamp-millis``, DATE as ``date``, DECIMAL as ``bytes`` + ``decimal``, a nested record named
+  ``timestamp-millis``, DATE as ``date``, TIME as ``time-millis``, DECIMAL as ``bytes`` + ``decimal``, a nested record named
   ``<field>Type``; codec null (also deflate, snappy, bzip2, and xz for NiFi's "LZO").
 * JsonRecordSetWriter: one compact array, no trailing newline (``output-array``), or one object per
   line (``output-oneline``); nulls written; timestamps and dates as epoch milliseconds; bytes as an
@@ -33,6 +33,7 @@ FIELDS = [
     ("id", "BIGINT"), ("name", "STRING"), ("score", "DOUBLE"), ("ok", "BOOLEAN"), ("ts", "TIMESTAMP"),
     ("day", "DATE"), ("amount", "DECIMAL(10,2)"), ("small", "INT"), ("ratio", "FLOAT"), ("data", "BINARY"),
     ("tags", "ARRAY<STRING>"), ("inner", "STRUCT<x: BIGINT, y: STRING>"), ("props", "MAP<STRING, BIGINT>"),
+    ("t", "TIME"),
 ]
 #: which fields each format carries (CSV is flat and has no bytes; pyarrow's JSON reader has no maps)
 FORMAT_FIELDS = {
@@ -45,27 +46,33 @@ FORMAT_FIELDS = {
 ROWS: list[dict[str, Any]] = [
     {"id": 1, "name": "alpha", "score": 1.5, "ok": True, "ts": dt.datetime(2024, 1, 2, 3, 4, 5, 123000, UTC),
      "day": dt.date(2024, 1, 2), "amount": Decimal("12.34"), "small": 7, "ratio": 0.25, "data": b"\x00\x7f\xff",
-     "tags": ["a", "b"], "inner": {"x": 10, "y": "ten"}, "props": {"k": 5}},
+     "tags": ["a", "b"], "inner": {"x": 10, "y": "ten"}, "props": {"k": 5}, "t": dt.time(1, 2, 3, 4000)},
     {"id": -9007199254740993, "name": 'quote " back \\ comma, newline\nend', "score": -0.125, "ok": False,
      "ts": dt.datetime(1969, 12, 31, 23, 59, 59, 999000, UTC), "day": dt.date(1969, 12, 31),
      "amount": Decimal("-0.05"), "small": -2147483648, "ratio": -1.5, "data": b"",
-     "tags": [], "inner": {"x": None, "y": None}, "props": {}},
+     "tags": [], "inner": {"x": None, "y": None}, "props": {}, "t": dt.time(23, 59, 59, 999000)},
     {n: None for n, _ in FIELDS},
 ]
 
 
-def ddl(fmt: str, extra: str = "") -> str:
+def streamable(fmt: str) -> list[str]:
+    """The fields of ``fmt`` a streaming query can hold: Spark 4.3 refuses TIME columns in
+    streaming (UNSUPPORTED_TIME_TYPE), while batch reads take them."""
+    return [n for n in FORMAT_FIELDS[fmt] if n != "t"]
+
+
+def ddl(fmt: str, extra: str = "", fields: list[str] | None = None) -> str:
     types = dict(FIELDS)
-    cols = ", ".join(f"{n} {types[n]}" for n in FORMAT_FIELDS[fmt])
+    cols = ", ".join(f"{n} {types[n]}" for n in (fields or FORMAT_FIELDS[fmt]))
     return cols + (f", {extra}" if extra else "")
 
 
-def expected(fmt: str, rows: list[dict[str, Any]] = ROWS) -> list[dict[str, Any]]:
+def expected(fmt: str, rows: list[dict[str, Any]] = ROWS, fields: list[str] | None = None) -> list[dict[str, Any]]:
     """The rows as the test's query returns them (see :func:`select_exprs`)."""
     out = []
     for r in rows:
         e: dict[str, Any] = {}
-        for n in FORMAT_FIELDS[fmt]:
+        for n in fields or FORMAT_FIELDS[fmt]:
             v = r[n]
             if n == "ts" and v is not None:
                 v = int(v.timestamp() * 1_000_000)
@@ -75,19 +82,21 @@ def expected(fmt: str, rows: list[dict[str, Any]] = ROWS) -> list[dict[str, Any]
                 v = bytes(v)
             elif n == "props" and v is not None:
                 v = dict(v)
+            elif n == "t" and v is not None:
+                v = f"{v.hour:02d}:{v.minute:02d}:{v.second:02d}.{v.microsecond // 1000:03d}"
             e[n] = v
         out.append(e)
     return out
 
 
-def select_exprs(fmt: str) -> list[str]:
+def select_exprs(fmt: str, fields: list[str] | None = None) -> list[str]:
     """Spark SQL that makes collected rows independent of the session time zone."""
     exprs = []
-    for n in FORMAT_FIELDS[fmt]:
+    for n in fields or FORMAT_FIELDS[fmt]:
         if n == "ts":
             exprs.append("unix_micros(ts) AS ts")
-        elif n == "day":
-            exprs.append("cast(day AS STRING) AS day")
+        elif n in ("day", "t"):
+            exprs.append(f"cast({n} AS STRING) AS {n}")
         else:
             exprs.append(n)
     return exprs
@@ -110,7 +119,7 @@ def avro_schema(fields: list[str] | None = None) -> dict[str, Any]:
         "ratio": "float", "data": "bytes", "tags": {"type": "array", "items": "string"},
         "inner": {"type": "record", "name": "innerType", "fields": [
             {"name": "x", "type": ["long", "null"]}, {"name": "y", "type": ["string", "null"]}]},
-        "props": {"type": "map", "values": "long"},
+        "props": {"type": "map", "values": "long"}, "t": {"type": "int", "logicalType": "time-millis"},
     }
     names = fields or [n for n, _ in FIELDS]
     return {"type": "record", "name": "nifiRecord", "namespace": "org.apache.nifi",
@@ -155,6 +164,8 @@ def avro_bare(rows: list[dict[str, Any]], fields: list[str] | None = None) -> tu
 # -- JSON (stdlib json) ---------------------------------------------------------------------------
 
 def _epoch_ms(v: Any) -> Any:
+    if isinstance(v, dt.time):  # a TIME: milliseconds of the day
+        return ((v.hour * 60 + v.minute) * 60 + v.second) * 1000 + v.microsecond // 1000
     if isinstance(v, dt.datetime):
         return int(v.timestamp() * 1000)
     if isinstance(v, dt.date):
@@ -165,7 +176,7 @@ def _epoch_ms(v: Any) -> Any:
 def _json_value(n: str, v: Any) -> Any:
     if v is None:
         return None
-    if n in ("ts", "day"):
+    if n in ("ts", "day", "t"):
         return _epoch_ms(v)
     if n == "data":
         return [b - 256 if b > 127 else b for b in v]  # signed, as NiFi writes ARRAY<BYTE>
@@ -195,7 +206,7 @@ def csv_records(rows: list[dict[str, Any]]) -> bytes:
             v = r[n]
             if v is None:
                 vals.append("")
-            elif n in ("ts", "day"):
+            elif n in ("ts", "day", "t"):
                 vals.append(str(_epoch_ms(v)))
             elif isinstance(v, bool):
                 vals.append("true" if v else "false")
@@ -216,6 +227,7 @@ def parquet_records(rows: list[dict[str, Any]], compression: str = "none") -> by
         "ts": pa.timestamp("ms", tz="UTC"), "day": pa.date32(), "amount": pa.decimal128(10, 2), "small": pa.int32(),
         "ratio": pa.float32(), "data": pa.binary(), "tags": pa.list_(pa.string()),
         "inner": pa.struct([("x", pa.int64()), ("y", pa.string())]), "props": pa.map_(pa.string(), pa.int64()),
+        "t": pa.time32("ms"),
     }
     names = FORMAT_FIELDS["parquet"]
     cols = {}

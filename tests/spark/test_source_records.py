@@ -53,8 +53,8 @@ def reader(spark: Any, srv: ServerProcess, fmt: str, schema: str | None, **optio
     return r.load()
 
 
-def rows_of(df: Any, fmt: str, *extra: str) -> list[dict[str, Any]]:
-    return [rs.normalize(r) for r in df.selectExpr(*rs.select_exprs(fmt), *extra).collect()]
+def rows_of(df: Any, fmt: str, *extra: str, fields: list[str] | None = None) -> list[dict[str, Any]]:
+    return [rs.normalize(r) for r in df.selectExpr(*rs.select_exprs(fmt, fields), *extra).collect()]
 
 
 def by_id(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -109,7 +109,7 @@ def test_a_streaming_read_of_record_sets(spark: Any, srv: ServerProcess, tmp_pat
     send(srv, [(rs.record_set("parquet"), {}) for _ in range(5)] + [(rs.record_set("parquet", []), {})])
     df = (spark.readStream.format("nifi-s2s").option("url", srv.url).option("portName", "out")
           .option("recordFormat", "parquet").option("stagingLocation", str(tmp_path / "staging"))
-          .schema(rs.ddl("parquet")).load())
+          .schema(rs.ddl("parquet", fields=rs.streamable("parquet"))).load())
     name = f"q_{uuid.uuid4().hex[:8]}"
     q = (df.writeStream.format("memory").queryName(name).option("checkpointLocation", str(tmp_path / "chk"))
          .trigger(availableNow=True).start())
@@ -118,8 +118,9 @@ def test_a_streaming_read_of_record_sets(spark: Any, srv: ServerProcess, tmp_pat
         assert q.exception() is None, q.exception()
     finally:
         q.stop()
-    got = rows_of(spark.table(name), "parquet")
-    assert by_id(got) == by_id(rs.expected("parquet") * 5)
+    fields = rs.streamable("parquet")
+    got = rows_of(spark.table(name), "parquet", fields=fields)
+    assert by_id(got) == by_id(rs.expected("parquet", fields=fields) * 5)
 
 
 # -- inference ------------------------------------------------------------------------------------
@@ -144,7 +145,8 @@ def test_inference_leaves_the_flowfiles_in_nifi(spark: Any, srv: ServerProcess, 
 
 
 def test_a_streaming_read_with_an_inferred_avro_schema(spark: Any, srv: ServerProcess, tmp_path: Path) -> None:
-    ids = send(srv, [(rs.record_set("avro"), {}) for _ in range(4)])
+    fields = rs.streamable("avro")
+    ids = send(srv, [(rs.avro_ocf(rs.ROWS, fields), {}) for _ in range(4)])
     df = (spark.readStream.format("nifi-s2s").option("url", srv.url).option("portName", "out")
           .option("recordFormat", "avro").option("includeAttributes", "true")
           .option("stagingLocation", str(tmp_path / "staging")).load())
@@ -157,11 +159,12 @@ def test_a_streaming_read_with_an_inferred_avro_schema(spark: Any, srv: ServerPr
         assert q.exception() is None, q.exception()
     finally:
         q.stop()
-    got = spark.table(name).selectExpr(*rs.select_exprs("avro"), "_uuid", "_attributes['name'] AS ffname").collect()
+    got = spark.table(name).selectExpr(*rs.select_exprs("avro", fields), "_uuid",
+                                       "_attributes['name'] AS ffname").collect()
     assert sorted({r["_uuid"] for r in got}) == sorted(ids.values())
     assert all(ids[r["ffname"]] == r["_uuid"] for r in got)
     rows = [{k: v for k, v in rs.normalize(r).items() if k not in ("_uuid", "ffname")} for r in got]
-    assert by_id(rows) == by_id(rs.expected("avro") * 4)
+    assert by_id(rows) == by_id(rs.expected("avro", fields=fields) * 4)
 
 
 def test_inference_needs_a_flowfile_and_a_self_describing_format(spark: Any, srv: ServerProcess) -> None:
