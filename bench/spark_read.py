@@ -12,6 +12,14 @@ attributes: the issue's shape) and drains it twice, alternating the order betwee
   ``start()`` to termination (query start-up included).
 
 Prints medians (rows/s) and the ratio spark/client. Bounded: every wait has a limit.
+
+``--records`` measures record mode instead (docs/benchmarks.md, "Record mode: reading"): rows of
+five columns (long, ~10-character string, double, boolean, timestamp) packed
+``--records-per-flowfile`` to a FlowFile in each format as NiFi's writers write them, read with
+``recordFormat`` into the ``noop`` sink, next to the one-row-per-FlowFile mode reading as many
+FlowFiles as there are rows, and the path's ceiling: a Python streaming source that only yields the
+same Arrow batches. ``--memory`` reads one ~200 MB Parquet record FlowFile in a fresh process and
+reports its peak memory against the FlowFile's size.
 """
 
 from __future__ import annotations
@@ -89,13 +97,417 @@ def spark_read(spark: Any, url: str, n: int, partitions: int, work: Path) -> tup
     return n / secs, n / (batch_ms / 1000)
 
 
+# -- record mode -----------------------------------------------------------------------------------
+
+RECORD_DDL = "id BIGINT, name STRING, score DOUBLE, ok BOOLEAN, ts TIMESTAMP"
+FORMATS = ("parquet", "avro", "json", "csv")
+#: rows per batch the ceiling yields: what record mode hands Spark (RecordRows gathers the records of
+#: small FlowFiles into batches of 65,536 rows)
+CEILING_BATCH = 65536
+
+
+def record_table(n: int, start: int = 0) -> Any:
+    """n rows of the five columns as Arrow (timestamp in ms, as NiFi writes it)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    ids = pa.array(range(start, start + n), pa.int64())
+    return pa.table({
+        "id": ids,
+        "name": pc.binary_join_element_wise(pa.scalar("name-"), pc.cast(pc.add(ids, 10_000), pa.string()), ""),
+        "score": pc.multiply(pc.cast(ids, pa.float64()), 0.5),
+        "ok": pc.equal(pc.bit_wise_and(ids, 1), 0),
+        "ts": pc.cast(pc.add(ids, 1_700_000_000_000), pa.timestamp("ms", tz="UTC")),
+    })
+
+
+def record_content(fmt: str, n: int) -> bytes:
+    """One FlowFile of n records in ``fmt``, written as NiFi's writers write them by default."""
+    import io
+    import json
+
+    import pyarrow as pa
+    table = record_table(n)
+    buf = io.BytesIO()
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+        pq.write_table(table, buf, compression="none")
+    elif fmt == "csv":
+        import pyarrow.csv as pcsv
+        ms = table.set_column(4, "ts", table.column("ts").cast(pa.int64()))  # epoch ms, NiFi's default
+        pcsv.write_csv(ms, buf, pcsv.WriteOptions(quoting_style="needed"))
+        return buf.getvalue().replace(b'"', b"")  # nothing needs quotes; NiFi quotes no header
+    elif fmt == "json":
+        rows = table.set_column(4, "ts", table.column("ts").cast(pa.int64())).to_pylist()
+        return json.dumps(rows, separators=(",", ":")).encode()
+    elif fmt == "avro":
+        import fastavro
+        schema = {"type": "record", "name": "nifiRecord", "namespace": "org.apache.nifi", "fields": [
+            {"name": "id", "type": ["long", "null"]}, {"name": "name", "type": ["string", "null"]},
+            {"name": "score", "type": ["double", "null"]}, {"name": "ok", "type": ["boolean", "null"]},
+            {"name": "ts", "type": [{"type": "long", "logicalType": "timestamp-millis"}, "null"]}]}
+        rows = table.set_column(4, "ts", table.column("ts").cast(pa.int64())).to_pylist()
+        fastavro.writer(buf, fastavro.parse_schema(schema), rows, codec="null")
+    return buf.getvalue()
+
+
+def fill_content(url: str, content: bytes, count: int, attrs: dict[str, str]) -> None:
+    from pyspark_s2s.client import SiteToSiteClient
+
+    with SiteToSiteClient(url=url, portName=IN_PORT, timeout=120) as client:
+        sent = 0
+        while sent < count:
+            k = min(50_000, count - sent)
+            client.send([(content, attrs)] * k)
+            sent += k
+
+
+def spark_read_records(spark: Any, url: str, fmt: str, rows: int, work: Path) -> tuple[float, float]:
+    """Like :func:`spark_read`, in record mode: (end-to-end rows/s, micro-batch rows/s)."""
+    shutil.rmtree(work, ignore_errors=True)
+    df = (spark.readStream.format("nifi-s2s").option("url", url).option("portName", OUT_PORT)
+          .option("stagingLocation", str(work / "staging")).option("recordFormat", fmt)
+          .option("timeout", "120 sec").schema(RECORD_DDL).load())
+    t0 = time.perf_counter()
+    q = (df.writeStream.format("noop").option("checkpointLocation", str(work / "chk"))
+         .trigger(availableNow=True).start())
+    if not q.awaitTermination(600):
+        q.stop()
+        raise RuntimeError("the Spark query did not finish within 600 s")
+    secs = time.perf_counter() - t0
+    got = sum(p["numInputRows"] for p in q.recentProgress)
+    if got != rows:
+        raise RuntimeError(f"spark read {got} of {rows} rows ({fmt})")
+    batch_ms = sum(p["durationMs"].get("addBatch", 0) for p in q.recentProgress if p["numInputRows"])
+    return rows / secs, rows / (batch_ms / 1000)
+
+
+def register_ceiling(spark: Any) -> None:
+    """A Python streaming source that only yields the same Arrow batches (the path's ceiling)."""
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceStreamReader,
+        InputPartition,
+    )
+
+    class CeilingReader(DataSourceStreamReader):
+        def __init__(self, options: Any) -> None:
+            self.rows = int(options["rows"])
+            self.per_batch = int(options["perBatch"])
+
+        def initialOffset(self) -> dict[str, int]:
+            return {"i": 0}
+
+        def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:
+            return {"i": 1}
+
+        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+            return [InputPartition(0)] if end["i"] > start["i"] else []
+
+        def commit(self, end: dict[str, int]) -> None:
+            return None
+
+        def read(self, partition: InputPartition) -> Any:
+            from pyspark.sql.pandas.types import to_arrow_schema
+            from pyspark.sql.types import (
+                BooleanType,
+                DoubleType,
+                LongType,
+                StringType,
+                StructField,
+                StructType,
+                TimestampType,
+            )
+
+            from bench.spark_read import record_table
+            spark_schema = StructType([StructField("id", LongType()), StructField("name", StringType()),
+                                       StructField("score", DoubleType()), StructField("ok", BooleanType()),
+                                       StructField("ts", TimestampType())])
+            schema = to_arrow_schema(spark_schema, timezone="UTC")
+            t = record_table(self.per_batch)
+            batch = t.set_column(4, "ts", t.column("ts").cast(schema.field("ts").type)).cast(schema).to_batches()[0]
+            left = self.rows
+            while left > 0:
+                yield batch if left >= batch.num_rows else batch.slice(0, left)
+                left -= batch.num_rows
+
+    class CeilingSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "bench-ceiling"
+
+        def schema(self) -> str:
+            return RECORD_DDL
+
+        def streamReader(self, schema: Any) -> Any:
+            return CeilingReader(self.options)
+
+    spark.dataSource.register(CeilingSource)
+
+
+def ceiling(spark: Any, rows: int, per_batch: int, work: Path) -> tuple[float, float]:
+    shutil.rmtree(work, ignore_errors=True)
+    df = spark.readStream.format("bench-ceiling").option("rows", str(rows)).option("perBatch", str(per_batch)).load()
+    t0 = time.perf_counter()
+    q = (df.writeStream.format("noop").option("checkpointLocation", str(work / "chk"))
+         .trigger(availableNow=True).start())
+    if not q.awaitTermination(600):
+        q.stop()
+        raise RuntimeError("the ceiling query did not finish within 600 s")
+    secs = time.perf_counter() - t0
+    got = sum(p["numInputRows"] for p in q.recentProgress)
+    if got != rows:
+        raise RuntimeError(f"ceiling read {got} of {rows}")
+    batch_ms = sum(p["durationMs"].get("addBatch", 0) for p in q.recentProgress if p["numInputRows"])
+    return rows / secs, rows / (batch_ms / 1000)
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def records_main(args: argparse.Namespace) -> int:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark_s2s.spark.demo import local_session
+
+    spark = local_session("bench-spark-read-records")
+    register_ceiling(spark)
+    work = Path(tempfile.mkdtemp(prefix="bench-spark-read-records-"))
+    per_ff = args.records_per_flowfile
+    count = max(1, args.rows // per_ff)
+    rows = count * per_ff
+    contents = {fmt: record_content(fmt, per_ff) for fmt in args.formats}
+    attrs = {"mime.type": "application/octet-stream", "record.count": str(per_ff)}
+    results: dict[str, list[tuple[float, float]]] = {k: [] for k in ("ceiling", "per-row", *args.formats)}
+    loads: list[str] = []
+    try:
+        with ServerSubprocess(["--ttl", "120", "--input-port", IN_PORT, "--output-port", OUT_PORT,
+                               "--route", f"{IN_PORT}={OUT_PORT}"], cwd=str(REPO)) as server:
+            url = server.url
+            for fmt in args.formats:  # warm-up: imports, Python workers, caches
+                fill_content(url, contents[fmt], 2, attrs)
+                spark_read_records(spark, url, fmt, 2 * per_ff, work / f"warm-{fmt}")
+            fill(url, 2000)
+            spark_read(spark, url, 2000, 1, work / "warm")
+            ceiling(spark, per_ff, CEILING_BATCH, work / "warm-ceiling")
+            for r in range(args.rounds):
+                results["ceiling"].append(ceiling(spark, rows, CEILING_BATCH, work / f"c{r}"))
+                fill(url, args.per_row_flowfiles)
+                e2e, mb = spark_read(spark, url, args.per_row_flowfiles, 1, work / f"p{r}")
+                results["per-row"].append((e2e, mb))
+                for fmt in args.formats:
+                    fill_content(url, contents[fmt], count, attrs)
+                    results[fmt].append(spark_read_records(spark, url, fmt, rows, work / f"{fmt}{r}"))
+                loads.append(load_average())
+                print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1][1]:,.0f}" for k, v in results.items())
+                      + f" rows/s in micro-batches (load average {loads[-1]})", flush=True)
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    med = {k: (statistics.median(e for e, _ in v), statistics.median(m for _, m in v)) for k, v in results.items()}
+    print(f"\nrecord mode, {rows:,} rows of 5 columns per run ({count} FlowFiles of {per_ff:,} records), "
+          f"per-row mode {args.per_row_flowfiles:,} one-row FlowFiles; medians of {args.rounds}; "
+          f"load averages {' | '.join(loads)}")
+    print(f"  {'':10} {'micro-batches':>14} {'x per-row':>9} {'/ ceiling':>9}   {'start..end':>12} {'x per-row':>9}")
+    for k, (e2e, mb) in med.items():
+        print(f"  {k:10} {mb:>14,.0f} {mb / med['per-row'][1]:>9.1f} {mb / med['ceiling'][1]:>9.2f}   "
+              f"{e2e:>12,.0f} {e2e / med['per-row'][0]:>9.1f}")
+    return 0
+
+
+def memory_main(args: argparse.Namespace) -> int:
+    """Send one ~200 MB Parquet record FlowFile, read it with the source's partition reader in a
+    fresh process (staged, then parsed), and report the process's peak memory growth."""
+    import subprocess
+
+    rows = args.memory_rows
+    content = record_content("parquet", rows)
+    with ServerSubprocess(["--ttl", "300", "--input-port", IN_PORT, "--output-port", OUT_PORT,
+                           "--route", f"{IN_PORT}={OUT_PORT}"], cwd=str(REPO)) as server:
+        fill_content(server.url, content, 1, {"mime.type": "application/parquet"})
+        del content
+        work = Path(tempfile.mkdtemp(prefix="bench-spark-read-memory-"))
+        try:
+            code = MEMORY_CHILD.format(url=server.url, staging=str(work / "staging"))
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                                 check=False, cwd=str(REPO))
+            if out.returncode:
+                raise RuntimeError(f"the reading process failed: {out.stderr[-3000:]}")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    print(out.stdout.strip())
+    print(f"(load average {load_average()})")
+    return 0
+
+
+MEMORY_CHILD = """
+import resource
+from pyspark.sql.types import StructType, StructField, LongType, StringType, DoubleType, BooleanType, TimestampType
+from pyspark_s2s.spark.options import SparkOptions
+from pyspark_s2s.spark.schema import make_rows
+from pyspark_s2s.spark.source import NiFiPartition, read_partition
+from pyspark_s2s.spark.staging import StagingArea, batch_scope
+opts = SparkOptions.parse({{"url": "{url}", "portName": "out", "recordFormat": "parquet", "timeout": "300 sec"}})
+schema = StructType([StructField("id", LongType()), StructField("name", StringType()), StructField("score", DoubleType()),
+                     StructField("ok", BooleanType()), StructField("ts", TimestampType())])  # RECORD_DDL
+rows = make_rows(schema, opts)
+peer = "{url}".split("//")[1].split("/")[0]
+def rss():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS")) * 1024
+before = rss()
+got = size = 0
+for b in read_partition(opts, rows, NiFiPartition(batch_scope(0), 0, peer), StagingArea("{staging}")):
+    if not got:
+        first = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # received, staged, first batch parsed
+    got += b.num_rows
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+import os
+staged = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk("{staging}") for f in fs if f.endswith(".arrow"))
+print(f"one Parquet FlowFile of {{staged / 2**20:,.0f}} MiB staged ({{got:,}} rows): peak RSS grew by "
+      f"{{(peak - before) / 2**20:,.0f}} MiB = {{(peak - before) / staged:.2f}}x the FlowFile (RSS before {{before / 2**20:,.0f}} MiB; "
+      f"peak by the first batch: {{(first - before) / 2**20:,.0f}} MiB)")
+"""
+
+
+def libraries_main(args: argparse.Namespace) -> int:
+    """Avro -> Arrow (and the text formats) with each candidate library, one thread, no server:
+    the measurement behind records.read's choices (docs/benchmarks.md, "Record mode: reading")."""
+    import io
+
+    import fastavro
+    import polars as pl
+    import pyarrow as pa
+
+    from pyspark_s2s.records.read import read_record_set
+
+    n = args.records_per_flowfile
+    target = pa.schema([("id", pa.int64()), ("name", pa.string()), ("score", pa.float64()), ("ok", pa.bool_()),
+                        ("ts", pa.timestamp("us", tz="UTC"))])
+    rows = record_table(n).set_column(4, "ts", record_table(n).column("ts").cast(pa.int64())).to_pylist()
+    schema = fastavro.parse_schema({"type": "record", "name": "nifiRecord", "namespace": "org.apache.nifi", "fields": [
+        {"name": "id", "type": ["long", "null"]}, {"name": "name", "type": ["string", "null"]},
+        {"name": "score", "type": ["double", "null"]}, {"name": "ok", "type": ["boolean", "null"]},
+        {"name": "ts", "type": [{"type": "long", "logicalType": "timestamp-millis"}, "null"]}]})
+    pl.read_avro(io.BytesIO(record_content("avro", 10)))  # import and first-call costs out of the way
+
+    def rate(fn: Any) -> float:
+        fn()
+        times = []
+        for _ in range(args.rounds):
+            t0 = time.perf_counter()
+            for _ in range(5):
+                fn()
+            times.append(time.perf_counter() - t0)
+        return 5 * n / statistics.median(times)
+
+    print(f"one thread, {n:,}-record FlowFiles of the 5 columns, medians of {args.rounds} (load average "
+          f"{load_average()}):")
+    for codec in ("null", "deflate", "snappy", "bzip2", "xz"):
+        buf = io.BytesIO()
+        fastavro.writer(buf, schema, rows, codec=codec)
+        data = buf.getvalue()
+        fa = rate(lambda data=data: pa.Table.from_pylist(list(fastavro.reader(io.BytesIO(data))), schema=target))
+        try:
+            po = f"{rate(lambda data=data: pl.read_avro(io.BytesIO(data)).to_arrow()):>12,.0f}"
+        except pl.exceptions.PolarsError:
+            po = f"{'unsupported':>12}"
+        ours = rate(lambda data=data: list(read_record_set(data, 'avro', target)))
+        print(f"  avro {codec:8} fastavro+from_pylist {fa:>10,.0f}  polars {po}  records.read {ours:>12,.0f} rows/s")
+    for fmt in ("json", "csv", "parquet"):
+        data = record_content(fmt, n)
+        print(f"  {fmt:13} records.read (pyarrow) {rate(lambda data=data, fmt=fmt: list(read_record_set(data, fmt, target))):>12,.0f} rows/s")
+    return 0
+
+
+def path_main(args: argparse.Namespace) -> int:
+    """The source's read path without Spark: ``read_partition`` (receive, stage, confirm, replay,
+    parse) in this process, per format and for the per-row mode, from the reference server."""
+    from pyspark.sql.types import (
+        BooleanType,
+        DoubleType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    from pyspark_s2s.spark.options import SparkOptions
+    from pyspark_s2s.spark.schema import SOURCE_SCHEMA, make_rows
+    from pyspark_s2s.spark.source import NiFiPartition, read_partition
+    from pyspark_s2s.spark.staging import StagingArea, batch_scope
+
+    schema = StructType([StructField("id", LongType()), StructField("name", StringType()),
+                         StructField("score", DoubleType()), StructField("ok", BooleanType()),
+                         StructField("ts", TimestampType())])
+    per_ff = args.records_per_flowfile
+    count = max(1, args.rows // per_ff)
+    results: dict[str, list[float]] = {k: [] for k in ("per-row", *args.formats)}
+    work = Path(tempfile.mkdtemp(prefix="bench-spark-read-path-"))
+    try:
+        with ServerSubprocess(["--ttl", "120", "--input-port", IN_PORT, "--output-port", OUT_PORT,
+                               "--route", f"{IN_PORT}={OUT_PORT}"], cwd=str(REPO)) as server:
+            peer = server.url.split("//")[1].split("/")[0]
+            contents = {fmt: record_content(fmt, per_ff) for fmt in args.formats}
+            for r in range(args.rounds + 1):  # the first round warms up
+                for which in ("per-row", *args.formats):
+                    options = {"url": server.url, "portName": OUT_PORT, "timeout": "120 sec"}
+                    if which == "per-row":
+                        fill(server.url, args.per_row_flowfiles)
+                        expect = args.per_row_flowfiles
+                        opts = SparkOptions.parse(options)
+                        rows_maker = make_rows(SOURCE_SCHEMA, opts)
+                    else:
+                        fill_content(server.url, contents[which], count, {})
+                        expect = count * per_ff
+                        opts = SparkOptions.parse({**options, "recordFormat": which})
+                        rows_maker = make_rows(schema, opts)
+                    staging = StagingArea(str(work / f"{which}-{r}"))
+                    t0 = time.perf_counter()
+                    got = 0
+                    part = NiFiPartition(batch_scope(0), 0, peer)
+                    for b in read_partition(opts, rows_maker, part, staging):
+                        got += b.num_rows
+                    secs = time.perf_counter() - t0
+                    if got != expect:
+                        raise RuntimeError(f"{which}: read {got} of {expect}")
+                    if r:
+                        results[which].append(got / secs)
+            print(f"read path without Spark (read_partition: receive, stage, confirm, replay, parse), "
+                  f"{count * per_ff:,} rows per format, per-row {args.per_row_flowfiles:,} FlowFiles, medians of "
+                  f"{args.rounds} (load average {load_average()}):")
+            for k, v in results.items():
+                print(f"  {k:10} {statistics.median(v):>12,.0f} rows/s")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.spark_read", description=__doc__.split("\n")[0])
     ap.add_argument("--flowfiles", type=int, default=300_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--partitions", type=int, default=1,
                     help="minPartitions of the Spark read (default 1: the source's default for one node)")
+    ap.add_argument("--records", action="store_true", help="measure record mode (see the module doc)")
+    ap.add_argument("--rows", type=int, default=2_000_000, help="record mode: rows per format and run")
+    ap.add_argument("--records-per-flowfile", type=int, default=10_000)
+    ap.add_argument("--per-row-flowfiles", type=int, default=200_000,
+                    help="record mode: one-row FlowFiles the per-row baseline reads per run")
+    ap.add_argument("--formats", nargs="+", default=list(FORMATS), choices=FORMATS)
+    ap.add_argument("--memory", action="store_true", help="peak memory reading one ~200 MB Parquet FlowFile")
+    ap.add_argument("--memory-rows", type=int, default=5_000_000)
+    ap.add_argument("--libraries", action="store_true", help="Avro/JSON/CSV/Parquet -> Arrow per library, one thread")
+    ap.add_argument("--path", action="store_true", help="the source's read path without Spark, per format")
     args = ap.parse_args(argv)
+    if args.path:
+        return path_main(args)
+    if args.libraries:
+        return libraries_main(args)
+    if args.memory:
+        return memory_main(args)
+    if args.records:
+        return records_main(args)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark_s2s.spark.demo import local_session
 

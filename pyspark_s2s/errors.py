@@ -32,6 +32,7 @@ __all__ = [
     "ConfigError",
     "HTTPStatusError",
     "HandshakeError",
+    "MalformedRecordSet",
     "NoPeerAvailableError",
     "PeerUnreachableError",
     "PortDestinationFullError",
@@ -145,6 +146,12 @@ def _rebuild(cls: type[S2SError], message: str, kwargs: dict[str, Any]) -> S2SEr
 
 class ConfigError(S2SError, ValueError):
     """An option or setting has an invalid value; ``option`` names it."""
+
+
+class MalformedRecordSet(S2SError, ValueError):
+    """A FlowFile's record set (Avro, JSON, CSV, Parquet) cannot be read, or a value does not fit
+    the schema; the message names the field and the parse error, the Spark source adds the
+    FlowFile uuid, format, peer and transaction."""
 
 
 class CommandError(S2SError):

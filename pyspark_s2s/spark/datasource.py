@@ -1,8 +1,8 @@
 """``DefaultSource``: the ``nifi-s2s`` data source Spark instantiates.
 
-Owns: the name, the source schema, option validation at query start (every reader/writer is
-built from :meth:`SparkOptions.parse`, so a bad option fails the query before any task runs),
-and the hand-off to the readers (``spark.source``) and writers (``spark.sink``).
+Owns: the name, the source schema (in record mode: the user's, checked, or one inferred from
+the port), option validation at query start (every reader/writer is built from
+:meth:`SparkOptions.parse`, so a bad option fails the query before any task runs), and the hand-off to the readers (``spark.source``) and writers (``spark.sink``).
 
 Must not import: the server. Readers and writers are imported when asked for, so a driver that
 only reads never imports the writer code and vice versa.
@@ -37,34 +37,48 @@ class DefaultSource(DataSource):
         # Spark calls schema() on the driver at load(), before any reader exists: a bad option of a
         # read fails there, with this project's message only (writes are checked in writer() /
         # streamWriter(), which Spark also calls on the driver, before any task)
-        self._options()
+        opts = self._options()
+        if opts.record_format:
+            # record mode without .schema(...): Avro's or Parquet's own schema, read from the port's
+            # first FlowFile, which stays in NiFi (spark.source.infer_record_schema)
+            from pyspark_s2s.spark.source import infer_record_schema
+
+            return infer_record_schema(opts)
         return SOURCE_SCHEMA
 
     def _options(self) -> SparkOptions:
         return SparkOptions.parse(self.options)
 
     @staticmethod
-    def _check_read_schema(schema: StructType) -> None:
+    def _check_read_schema(schema: StructType, opts: SparkOptions | None = None) -> None:
+        if opts is not None and opts.record_format:
+            from pyspark_s2s.spark.schema import check_record_schema
+
+            check_record_schema(schema, opts)
+            return
         if [f.name for f in schema.fields] != [f.name for f in SOURCE_SCHEMA.fields] or \
                 [f.dataType for f in schema.fields] != [f.dataType for f in SOURCE_SCHEMA.fields]:
             raise ConfigError(
                 f"the nifi-s2s source has a fixed schema ({SOURCE_SCHEMA.simpleString()}); "
-                f"do not pass .schema(...) to the reader (got {schema.simpleString()})",
+                f"do not pass .schema(...) to the reader (got {schema.simpleString()}), or set recordFormat "
+                "(avro, json, csv, parquet) to read each FlowFile's records as rows of that schema",
                 option="schema",
             )
 
     def reader(self, schema: StructType) -> Any:
         from pyspark_s2s.spark.source import NiFiBatchReader
 
-        self._check_read_schema(schema)
-        return NiFiBatchReader(self._options(), schema)
+        opts = self._options()
+        self._check_read_schema(schema, opts)
+        return NiFiBatchReader(opts, schema)
 
     def streamReader(self, schema: StructType) -> Any:
         from pyspark_s2s.spark.source import NiFiStreamReader
 
-        self._check_read_schema(schema)
+        opts = self._options()
+        self._check_read_schema(schema, opts)
         try:
-            return NiFiStreamReader(self._options(), schema)
+            return NiFiStreamReader(opts, schema)
         except S2SError as exc:
             return _RefusedStreamReader(exc)
 

@@ -40,6 +40,8 @@ from pyspark_s2s.records import RECORD_FORMATS
 
 __all__ = [
     "COMMIT_MODES",
+    "READ_MODES",
+    "RECORD_FORMATS",
     "ROUTINGS",
     "SPARK_ONLY_OPTIONS",
     "SPARK_OPTIONS",
@@ -52,6 +54,8 @@ __all__ = [
 SPARK_PASSTHROUGH = ("checkpointLocation", "queryName")
 
 COMMIT_MODES = ("task", "batch")
+#: Spark's file-source ``mode`` values, for malformed record sets
+READ_MODES = ("FAILFAST", "PERMISSIVE", "DROPMALFORMED")
 ROUTINGS = ("weighted", "roundRobin", "attribute", "singleNode")
 
 
@@ -114,6 +118,29 @@ def _attribute_map(value: Any, option: str) -> tuple[tuple[str, str], ...]:
     return tuple(value.items())
 
 
+def _char(value: Any, option: str) -> str:
+    text = _parse_str(value, option)
+    if len(text) != 1:
+        raise ConfigError(f"{option} must be one character; got {value!r}", option=option)
+    return text
+
+
+def _char_or_none(value: Any, option: str) -> str | None:
+    if value == "":
+        return None
+    text = _parse_str(value, option)
+    if len(text) != 1:
+        raise ConfigError(f"{option} must be one character (or empty for none); got {value!r}", option=option)
+    return text
+
+
+def _column_name(value: Any, option: str) -> str:
+    text = _parse_str(value, option)
+    if not text.strip():
+        raise ConfigError(f"{option} must name a column", option=option)
+    return text
+
+
 def _row(name: str, attr: str, parse: Any, default: Any, type_doc: str, doc: str, *aliases: str,
          default_doc: str | None = None) -> Option:
     return Option(name, attr, parse, default, doc, type_doc, tuple(aliases), False, default_doc)
@@ -144,6 +171,40 @@ SPARK_ONLY_OPTIONS: tuple[Option, ...] = (
          "Source. After a micro-batch that found the port empty, wait this long before pulling again, so "
          "an idle port costs at most one empty pull (and one offset-log entry) per interval.",
          default_doc="1 sec"),
+    _row("recordFormat", "record_format", _choice(RECORD_FORMATS), None, "avro, json, csv or parquet",
+         "Source and sink. Record mode: a FlowFile's content is a record set as NiFi's record readers and "
+         "writers handle it (Avro object container with its schema, JSON array or lines, CSV with a header, "
+         "Parquet), each record a row and every column a field. Source: one FlowFile becomes as many rows "
+         "as it holds records; give the schema with `.schema(...)` (inferred for `avro` and `parquet` when "
+         "none is given). Sink: rows are packed into FlowFiles of many records. Absent: one row per "
+         "FlowFile (`content`, `attributes`, ...). Formats, type mapping and NiFi facts: `docs/records.md`.",
+         default_doc="absent (one row per FlowFile)"),
+    _row("mode", "mode", _choice(READ_MODES), "FAILFAST", "FAILFAST, PERMISSIVE or DROPMALFORMED",
+         "Source, record mode. A FlowFile whose record set cannot be read, or whose values do not fit the "
+         "schema: `FAILFAST` fails the query naming the FlowFile uuid, format, peer, transaction and parse "
+         "error; `PERMISSIVE` yields one row with null fields (the raw content in "
+         "`columnNameOfCorruptRecord` when the schema declares that column); `DROPMALFORMED` yields no "
+         "row. Either way the FlowFile is counted in a WARN log line of its round."),
+    _row("columnNameOfCorruptRecord", "column_name_of_corrupt_record", _column_name, "_corrupt_record",
+         "string",
+         "Source, record mode, `mode=PERMISSIVE`. The column (string or binary, declared in the schema) "
+         "that holds a malformed FlowFile's raw content (UTF-8 text with replacement characters for a "
+         "string column)."),
+    _row("includeAttributes", "include_attributes", _bool, False, "boolean",
+         "Source, record mode. Add the FlowFile's attributes as column `_attributes` "
+         "(map<string,string>) and its uuid as `_uuid` (string) to every row it yields. With "
+         "`.schema(...)`, declare the ones you want; an inferred schema gets both."),
+    _row("header", "header", _bool, True, "boolean",
+         "Source and sink, `recordFormat=csv`. Whether the first line of a record set names the fields "
+         "(Spark's CSV option; default `true` here, as NiFi's CSV writer writes one and its reader's "
+         "inference needs one). Source: columns are matched by name; without a header, by position."),
+    _row("sep", "sep", _char, ",", "one character",
+         "Source, `recordFormat=csv`. The field separator (NiFi's default `,`).", "delimiter"),
+    _row("quote", "quote", _char, '"', "one character",
+         "Source, `recordFormat=csv`. The quote character (NiFi's default `\"`)."),
+    _row("escape", "escape", _char_or_none, "\\", "one character",
+         "Source, `recordFormat=csv`. The escape character inside quotes (NiFi's CSV writer escapes `\"` "
+         "and `\\` with `\\`; quotes doubled as in RFC 4180 are read too); empty: none."),
     _row("commitMode", "commit_mode", _choice(COMMIT_MODES), "task", "task or batch",
          "Sink. `task`: every task commits its own transactions (at least once; duplicates after a retry "
          "carry de-duplication attributes). `batch`: tasks send and verify, the driver commits every "
@@ -163,16 +224,6 @@ SPARK_ONLY_OPTIONS: tuple[Option, ...] = (
          "transactions it handed to the driver, waiting for the driver's commit or abort (which come only "
          "after the last task of the micro-batch). 0: only until the task ends; the server's TTL then "
          "bounds the wait.", default_doc="10 min"),
-    _row("recordFormat", "record_format", _choice(RECORD_FORMATS), None, "avro, json, csv or parquet",
-         "Source and sink. Record mode: a FlowFile's content is a record set as NiFi's record readers and "
-         "writers handle it (Avro object container with its schema, JSON array or lines, CSV with a header, "
-         "Parquet), each record a row and every column a field. Absent: one FlowFile per row (`content`, "
-         "`attributes`). Formats, type mapping and NiFi facts: `docs/records.md`.",
-         default_doc="absent (one row per FlowFile)"),
-    _row("header", "header", _bool, True, "boolean",
-         "Source and sink, `recordFormat=csv`. Whether the first line of a record set names the fields "
-         "(Spark's CSV option; default `true` here, as NiFi's CSV writer writes a header and its reader's "
-         "default schema inference needs one)."),
     _row("recordsPerFlowFile", "records_per_flow_file", _parse_int(1, (1 << 31) - 1), 10_000, "integer",
          "Sink, record mode. At most this many records (rows) per FlowFile; a task's rows fill FlowFiles in "
          "order, the last one holding the rest."),
@@ -213,7 +264,8 @@ _PASSTHROUGH_ROWS: tuple[Option, ...] = (
 _CLIENT_ATTRS = frozenset(o.attr for o in CLIENT_OPTIONS)
 #: options that mean something only with recordFormat
 _RECORD_ONLY = frozenset(("header", "records_per_flow_file", "bytes_per_flow_file", "partition_columns",
-                          "output_grouping", "flow_file_attributes", "write_schema_attribute"))
+                          "output_grouping", "flow_file_attributes", "write_schema_attribute", "mode",
+                          "column_name_of_corrupt_record", "include_attributes", "sep", "quote", "escape"))
 _SPARK_BY_ATTR = {o.attr: o for o in SPARK_ONLY_OPTIONS}
 
 
@@ -227,6 +279,14 @@ class SparkOptions:
     max_bytes_per_trigger: int | None = None
     min_partitions: int | None = None
     idle_poll_interval: float = 1.0
+    record_format: str | None = None
+    mode: str = "FAILFAST"
+    column_name_of_corrupt_record: str = "_corrupt_record"
+    include_attributes: bool = False
+    header: bool = True
+    sep: str = ","
+    quote: str = '"'
+    escape: str | None = "\\"
     commit_mode: str = "task"
     routing: str = "weighted"
     routing_attribute: str | None = None
@@ -234,8 +294,6 @@ class SparkOptions:
     #: commit log lives under it); not a row of the table, Spark sets it
     checkpoint_location: str | None = None
     batch_commit_timeout: float = 600.0
-    record_format: str | None = None
-    header: bool = True
     records_per_flow_file: int = 10_000
     bytes_per_flow_file: int = 64 << 20
     partition_columns: tuple[str, ...] | None = None

@@ -5,23 +5,64 @@ Owns: :data:`SOURCE_SCHEMA` (stable and documented in ``docs/spark.md``), and
 (``content``, ``attributes``) into a batch of exactly ``to_arrow_schema(SOURCE_SCHEMA)``, adding
 the metadata columns with Arrow compute (no Python object per row).
 
+Record mode (``recordFormat``): :func:`make_rows` gives the object that turns staged FlowFiles
+into output batches in either mode (:class:`FlowFileRows`, :class:`RecordRows`: each FlowFile's
+record set parsed by ``pyspark_s2s.records.read``, malformed ones handled per ``mode``),
+:func:`check_record_schema` (the user's schema, checked on the driver), and
+:func:`spark_schema_from_arrow` (an inferred Arrow schema as Spark types).
+
 Must not import: the server.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from typing import Any
 
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
+    BooleanType,
+    ByteType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
     MapType,
+    ShortType,
     StringType,
     StructField,
     StructType,
     TimestampType,
 )
 
-__all__ = ["SOURCE_COLUMNS", "SOURCE_SCHEMA", "arrow_source_schema", "to_output_batch"]
+from pyspark_s2s.errors import ConfigError, MalformedRecordSet
+from pyspark_s2s.spark.options import SparkOptions
+
+__all__ = [
+    "ATTRIBUTES_COLUMN",
+    "SOURCE_COLUMNS",
+    "SOURCE_SCHEMA",
+    "UUID_COLUMN",
+    "FlowFileRows",
+    "RecordRows",
+    "arrow_source_schema",
+    "check_record_schema",
+    "make_rows",
+    "spark_schema_from_arrow",
+    "to_output_batch",
+]
+
+logger = logging.getLogger(__name__)
+
+#: record mode's metadata columns (``includeAttributes``)
+UUID_COLUMN = "_uuid"
+ATTRIBUTES_COLUMN = "_attributes"
+_ATTRIBUTES_TYPE = MapType(StringType(), StringType(), valueContainsNull=True)
 
 #: the source's columns, in order
 SOURCE_SCHEMA = StructType([
@@ -65,3 +106,283 @@ def to_output_batch(batch: Any, schema: Any, *, peer: str, transaction_id: str, 
         pa.repeat(pa.scalar(received_at_us, pa.int64()), n).cast(schema.field("receivedAt").type),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+# -- record mode ---------------------------------------------------------------------------------
+
+#: Spark types each format can carry in record mode (CSV is flat: NiFi writes nested values and
+#: bytes as Java object text, which no reader can take back)
+_SCALARS = (BooleanType, ByteType, ShortType, IntegerType, LongType, FloatType, DoubleType, DecimalType,
+            StringType, TimestampType, DateType, BinaryType)
+
+
+def _time_type() -> Any:
+    from pyspark.sql import types
+    return getattr(types, "TimeType", None)
+
+
+def _unsupported(dt: DataType, fmt: str, where: str) -> str | None:
+    """Why ``dt`` cannot be read from ``fmt`` (None: it can)."""
+    time_type = _time_type()
+    if isinstance(dt, _SCALARS) or (time_type is not None and isinstance(dt, time_type)):
+        if fmt == "csv" and isinstance(dt, BinaryType):
+            return f"{where} is binary, which NiFi's CSV writer writes as Java object text ([1, 2])"
+        return None
+    if fmt == "csv":
+        return f"{where} is {dt.simpleString()}: CSV record sets hold flat records only"
+    if isinstance(dt, ArrayType):
+        return _unsupported(dt.elementType, fmt, f"{where}[]")
+    if isinstance(dt, StructType):
+        for f in dt.fields:
+            why = _unsupported(f.dataType, fmt, f"{where}.{f.name}")
+            if why:
+                return why
+        return None
+    if isinstance(dt, MapType):
+        if fmt == "json":
+            return f"{where} is a map, which the JSON reader (pyarrow) cannot read; declare it as a struct"
+        if not isinstance(dt.keyType, StringType):
+            return f"{where} is a map with {dt.keyType.simpleString()} keys; NiFi's map keys are strings"
+        return _unsupported(dt.valueType, fmt, f"{where} value")
+    return f"{where} has type {dt.simpleString()}, which record mode does not read"
+
+
+def check_record_schema(schema: StructType, opts: SparkOptions) -> None:
+    """Refuse, on the driver, a schema record mode cannot fill (the column named)."""
+    fmt = opts.record_format
+    assert fmt is not None
+    corrupt = opts.column_name_of_corrupt_record
+    for f in schema.fields:
+        where = f"column {f.name}"
+        if f.name == corrupt:
+            if not isinstance(f.dataType, (StringType, BinaryType)):
+                raise ConfigError(f"{where} (columnNameOfCorruptRecord) must be string or binary; got "
+                                  f"{f.dataType.simpleString()}", option="schema")
+            continue
+        if opts.include_attributes and f.name == UUID_COLUMN:
+            if not isinstance(f.dataType, StringType):
+                raise ConfigError(f"{where} (includeAttributes: the FlowFile uuid) must be string", option="schema")
+            continue
+        if opts.include_attributes and f.name == ATTRIBUTES_COLUMN:
+            if not (isinstance(f.dataType, MapType) and isinstance(f.dataType.keyType, StringType)
+                    and isinstance(f.dataType.valueType, StringType)):
+                raise ConfigError(f"{where} (includeAttributes: the FlowFile attributes) must be "
+                                  "map<string,string>", option="schema")
+            continue
+        why = _unsupported(f.dataType, fmt, where)
+        if why:
+            raise ConfigError(f"recordFormat={fmt}: {why}", option="schema")
+        if not f.nullable and opts.mode == "PERMISSIVE":
+            raise ConfigError(f"{where} is declared NOT NULL, but mode=PERMISSIVE yields a row of nulls for "
+                              "a malformed FlowFile; declare it nullable", option="schema")
+    names = [f.name for f in schema.fields]
+    if opts.include_attributes and UUID_COLUMN not in names and ATTRIBUTES_COLUMN not in names:
+        raise ConfigError(f"includeAttributes=true: the schema declares neither {UUID_COLUMN} (string) nor "
+                          f"{ATTRIBUTES_COLUMN} (map<string,string>); add the ones to fill", option="schema")
+
+
+def _spark_type(t: Any) -> DataType:
+    import pyarrow as pa
+    types = pa.types
+    if types.is_boolean(t):
+        return BooleanType()
+    if types.is_int8(t):
+        return ByteType()
+    if types.is_int16(t):
+        return ShortType()
+    if types.is_int32(t) or types.is_uint8(t) or types.is_uint16(t):
+        return IntegerType()
+    if types.is_int64(t) or types.is_uint32(t):
+        return LongType()
+    if types.is_uint64(t):
+        return DecimalType(20, 0)
+    if types.is_float16(t) or types.is_float32(t):
+        return FloatType()
+    if types.is_float64(t):
+        return DoubleType()
+    if types.is_decimal(t):
+        return DecimalType(t.precision, t.scale) if t.precision <= 38 else StringType()
+    if types.is_string(t) or types.is_large_string(t) or types.is_dictionary(t):
+        return StringType()
+    if types.is_binary(t) or types.is_large_binary(t) or types.is_fixed_size_binary(t):
+        return BinaryType()
+    if types.is_timestamp(t):
+        return TimestampType()
+    if types.is_date(t):
+        return DateType()
+    if types.is_time(t) and _time_type() is not None:
+        return _time_type()()
+    if types.is_list(t) or types.is_large_list(t):
+        return ArrayType(_spark_type(t.value_type), True)
+    if types.is_struct(t):
+        return StructType([StructField(f.name, _spark_type(f.type), True) for f in t])
+    if types.is_map(t):
+        return MapType(_spark_type(t.key_type), _spark_type(t.item_type), True)
+    raise ConfigError(f"the inferred type {t} has no Spark type; pass .schema(...)", option="schema")
+
+
+def spark_schema_from_arrow(schema: Any, opts: SparkOptions) -> StructType:
+    """An inferred record schema as Spark types (every field nullable), plus the metadata columns
+    when ``includeAttributes`` is set."""
+    fields = []
+    for f in schema:
+        try:
+            fields.append(StructField(f.name, _spark_type(f.type), True))
+        except ConfigError as exc:
+            raise ConfigError(f"column {f.name}: {exc.message}", option="schema") from None
+    if opts.include_attributes:
+        fields += [StructField(UUID_COLUMN, StringType(), True), StructField(ATTRIBUTES_COLUMN, _ATTRIBUTES_TYPE, True)]
+    return StructType(fields)
+
+
+class FlowFileRows:
+    """One row per FlowFile (no ``recordFormat``): :func:`to_output_batch`."""
+
+    def __init__(self, arrow_schema: Any) -> None:
+        self.arrow = arrow_schema
+
+    def output(self, batch: Any, *, peer: str, transaction_id: str, received_at_us: int) -> Iterator[Any]:
+        yield to_output_batch(batch, self.arrow, peer=peer, transaction_id=transaction_id,
+                              received_at_us=received_at_us)
+
+    def end_round(self, where: str) -> None:
+        return None
+
+
+#: rows gathered from small FlowFiles before they are handed to Spark as one batch
+_COALESCE_ROWS = 65536
+
+
+class RecordRows:
+    """Record mode: every staged FlowFile's record set parsed into rows of the user's schema.
+
+    A malformed FlowFile raises (FAILFAST: rows are handed on as they are parsed, and the error
+    fails the task), or is all or nothing (PERMISSIVE, DROPMALFORMED: the FlowFile is parsed whole
+    before any of its rows is kept, as in NiFi, where a record processor fails a whole FlowFile):
+    one row of nulls with its raw content in the corrupt-record column (PERMISSIVE) or no row
+    (DROPMALFORMED). Parsing happens when the rows are yielded, from the staged FlowFiles, so a
+    replay parses the same content again.
+    """
+
+    def __init__(self, schema: StructType, opts: SparkOptions) -> None:
+        import pyarrow as pa
+
+        from pyspark_s2s.records.read import ReadSettings
+
+        assert opts.record_format is not None
+        self.fmt = opts.record_format
+        self.mode = opts.mode
+        self.arrow = arrow_source_schema(schema)
+        meta = {opts.column_name_of_corrupt_record}
+        if opts.include_attributes:
+            meta |= {UUID_COLUMN, ATTRIBUTES_COLUMN}
+        self.data_fields = [f for f in self.arrow if f.name not in meta]
+        self.target = pa.schema(self.data_fields)
+        self.corrupt = opts.column_name_of_corrupt_record if opts.column_name_of_corrupt_record in self.arrow.names \
+            else None
+        self.uuid_col = UUID_COLUMN if opts.include_attributes and UUID_COLUMN in self.arrow.names else None
+        self.attrs_col = ATTRIBUTES_COLUMN if opts.include_attributes and ATTRIBUTES_COLUMN in self.arrow.names \
+            else None
+        self.settings = ReadSettings(header=opts.header, sep=opts.sep, quote=opts.quote, escape=opts.escape)
+        self.malformed: list[tuple[str, str]] = []
+        self.flow_files = 0
+
+    def output(self, batch: Any, *, peer: str, transaction_id: str, received_at_us: int) -> Iterator[Any]:
+        """The rows of the FlowFiles in one staged batch (``content``, ``attributes``)."""
+        import pyarrow as pa
+
+        from pyspark_s2s.records.read import read_record_set
+
+        content = batch.column(0)
+        attributes = batch.column(1)
+        # each content as a slice of the batch's data buffer: a scalar (content[i]) would copy it,
+        # and a replayed batch is memory-mapped
+        bufs = content.buffers()
+        offset_type = pa.int64() if pa.types.is_large_binary(content.type) else pa.int32()
+        offsets = pa.Array.from_buffers(offset_type, len(content) + 1, [None, bufs[1]],
+                                        offset=content.offset).to_pylist()
+        values = bufs[2] or pa.py_buffer(b"")
+        nulls = content.is_null().to_pylist()
+        pending: list[Any] = []
+        size = 0
+        for i in range(batch.num_rows):
+            self.flow_files += 1
+            attrs = dict(attributes[i].as_py())
+            ff_uuid = attrs.get("uuid")
+            data = pa.py_buffer(b"") if nulls[i] else values.slice(offsets[i], offsets[i + 1] - offsets[i])
+            parsed = read_record_set(data, self.fmt, self.target, self.settings, attributes=attrs)
+            try:
+                if self.mode != "FAILFAST":
+                    # all or nothing: the whole FlowFile is parsed before any of its rows is kept
+                    parsed = iter(list(parsed))
+                for part in parsed:
+                    if part.num_rows:
+                        pending.append(self._with_meta(part, attributes, i, ff_uuid))
+                        size += part.num_rows
+                    if size >= _COALESCE_ROWS:
+                        yield from self._flush(pending)
+                        pending, size = [], 0
+            except MalformedRecordSet as exc:
+                if self.mode == "FAILFAST":
+                    raise MalformedRecordSet(
+                        f"FlowFile {ff_uuid or '(no uuid)'} is not a readable {self.fmt} record set "
+                        f"(mode=FAILFAST; PERMISSIVE or DROPMALFORMED keep the query going): {exc.message}",
+                        peer=peer, transaction=transaction_id) from None
+                self.malformed.append((ff_uuid or "(no uuid)", exc.message))
+                if self.mode == "PERMISSIVE":
+                    pending.append(self._with_meta(self._null_row(), attributes, i, ff_uuid, raw=data))
+                    size += 1
+            if size >= _COALESCE_ROWS:
+                yield from self._flush(pending)
+                pending, size = [], 0
+        if pending:
+            yield from self._flush(pending)
+
+    def _flush(self, parts: list[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+        if len(parts) == 1:
+            yield parts[0]
+        else:
+            yield pa.concat_batches(parts)
+
+    def _null_row(self) -> Any:
+        import pyarrow as pa
+        return pa.RecordBatch.from_arrays([pa.nulls(1, f.type) for f in self.data_fields], schema=self.target)
+
+    def _with_meta(self, part: Any, attributes: Any, index: int, ff_uuid: str | None, raw: Any = None) -> Any:
+        """``part`` (the data fields) with the corrupt-record column (``raw``: a malformed
+        FlowFile's content) and the metadata columns, as a batch of exactly the output schema."""
+        import pyarrow as pa
+        n = part.num_rows
+        columns = []
+        for f in self.arrow:
+            if f.name == self.corrupt:
+                if raw is None:
+                    columns.append(pa.nulls(n, f.type))
+                elif pa.types.is_binary(f.type):
+                    columns.append(pa.array([raw.to_pybytes()], f.type))
+                else:
+                    columns.append(pa.array([raw.to_pybytes().decode("utf-8", "replace")], f.type))
+            elif f.name == self.uuid_col:
+                columns.append(pa.repeat(pa.scalar(ff_uuid, pa.string()), n).cast(f.type))
+            elif f.name == self.attrs_col:
+                columns.append(attributes.take(pa.repeat(pa.scalar(index, pa.int64()), n)).cast(f.type))
+            else:
+                columns.append(part.column(f.name))
+        return pa.RecordBatch.from_arrays(columns, schema=self.arrow)
+
+    def end_round(self, where: str) -> None:
+        """Log (WARN) the malformed FlowFiles of the round just yielded, then start counting anew."""
+        if self.malformed:
+            shown = "; ".join(f"{u}: {m}" for u, m in self.malformed[:5])
+            more = f" (and {len(self.malformed) - 5} more)" if len(self.malformed) > 5 else ""
+            logger.warning("%s: %d of %d FlowFiles were malformed %s record sets (mode=%s: %s): %s%s",
+                           where, len(self.malformed), self.flow_files, self.fmt, self.mode,
+                           "one row of nulls each" if self.mode == "PERMISSIVE" else "dropped", shown, more)
+        self.malformed = []
+        self.flow_files = 0
+
+
+def make_rows(schema: StructType, opts: SparkOptions) -> FlowFileRows | RecordRows:
+    """The row maker of a read: record mode when ``recordFormat`` is set."""
+    return RecordRows(schema, opts) if opts.record_format else FlowFileRows(arrow_source_schema(schema))

@@ -43,6 +43,8 @@ from pyspark_s2s.client import SiteToSiteClient
 from pyspark_s2s.client.client import raises_at_once
 from pyspark_s2s.errors import (
     ChecksumMismatch,
+    ConfigError,
+    MalformedRecordSet,
     PeerUnreachableError,
     S2SError,
     TransactionNotFoundError,
@@ -64,10 +66,15 @@ from pyspark_s2s.spark.planning import (
     make_plan,
     partitions_of,
 )
-from pyspark_s2s.spark.schema import arrow_source_schema, to_output_batch
+from pyspark_s2s.spark.schema import (
+    FlowFileRows,
+    RecordRows,
+    make_rows,
+    spark_schema_from_arrow,
+)
 from pyspark_s2s.spark.staging import StagingArea, batch_scope
 
-__all__ = ["NiFiBatchReader", "NiFiPartition", "NiFiStreamReader", "read_partition"]
+__all__ = ["NiFiBatchReader", "NiFiPartition", "NiFiStreamReader", "infer_record_schema", "read_partition"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +88,8 @@ ROUND_FLOWFILES = 65536
 #: the client's batchDuration is longer
 ROUND_WINDOW = 5.0
 _MANIFEST_VERSION = 1
+#: what turns staged FlowFiles into output batches (one row per FlowFile, or record mode)
+Rows = FlowFileRows | RecordRows
 
 
 @dataclass(frozen=True)
@@ -138,12 +147,14 @@ def _full(m: dict[str, Any]) -> bool:
     return bool(m["rows"]) and ((lr > 0 and m["rows"] >= lr) or (lb > 0 and m["bytes"] >= lb))
 
 
-def _replay(staging: StagingArea, manifest: dict[str, Any], schema: Any) -> Iterator[Any]:
+def _replay(staging: StagingArea, manifest: dict[str, Any], rows: Rows) -> Iterator[Any]:
     if not manifest["rows"]:
         return
     for batch in staging.read_data(manifest["scope"], manifest["data"]):
-        yield to_output_batch(batch, schema, peer=manifest["peer"], transaction_id=manifest["transactionId"],
-                              received_at_us=manifest["receivedAtMicros"])
+        yield from rows.output(batch, peer=manifest["peer"], transaction_id=manifest["transactionId"],
+                               received_at_us=manifest["receivedAtMicros"])
+    rows.end_round(f"nifi-s2s partition {manifest['partition']} of {manifest['scope']} round "
+                   f"{manifest.get('round', 0)} (peer {manifest['peer']}, transaction {manifest['transactionId']})")
 
 
 def _resolve_pending(opts: SparkOptions, staging: StagingArea, m: dict[str, Any]) -> dict[str, Any] | None:
@@ -186,18 +197,22 @@ def _resolve_pending(opts: SparkOptions, staging: StagingArea, m: dict[str, Any]
 
 def read_partition(opts: SparkOptions, schema: Any, part: NiFiPartition,
                    staging: StagingArea | None) -> Iterator[Any]:
-    """Rows of one partition as record batches of exactly ``schema`` (see the module doc)."""
+    """Rows of one partition as record batches of exactly ``schema`` (see the module doc).
+
+    ``schema`` is the output's Arrow schema (one row per FlowFile), or the row maker
+    (:func:`~pyspark_s2s.spark.schema.make_rows`) that also covers record mode."""
+    rows: Rows = schema if isinstance(schema, (FlowFileRows, RecordRows)) else FlowFileRows(schema)
     where = f"nifi-s2s partition {part.index} of {part.scope} (peer {part.peer}, port {opts.client.port})"
     try:
         if staging is not None:
-            yield from _read_staged(opts, schema, part, staging)
+            yield from _read_staged(opts, rows, part, staging)
         else:
-            yield from _read_direct(opts, schema, part)
+            yield from _read_direct(opts, rows, part)
     except S2SError as exc:
         raise exc.with_prefix(where) from None
 
 
-def _read_direct(opts: SparkOptions, schema: Any, part: NiFiPartition) -> Iterator[Any]:
+def _read_direct(opts: SparkOptions, rows: Rows, part: NiFiPartition) -> Iterator[Any]:
     """Batch read without staging: rows are yielded as they arrive, and the transaction is
     confirmed after the last one (canceled if the task stops early or fails)."""
     client = _partition_client(opts, part.max_flow_files, part.max_bytes)
@@ -208,15 +223,17 @@ def _read_direct(opts: SparkOptions, schema: Any, part: NiFiPartition) -> Iterat
                 batch = tx.receive_record_batch(_BATCH_ROWS, _BATCH_BYTES)
                 if batch is None:
                     break
-                yield to_output_batch(batch, schema, peer=f"{tx.peer.hostname}:{tx.peer.port}",
-                                      transaction_id=tx.transaction_id, received_at_us=received_at)
+                yield from rows.output(batch, peer=f"{tx.peer.hostname}:{tx.peer.port}",
+                                       transaction_id=tx.transaction_id, received_at_us=received_at)
             tx.confirm()
             tx.complete()
+            rows.end_round(f"nifi-s2s partition {part.index} of {part.scope} (peer {tx.peer.hostname}:"
+                           f"{tx.peer.port}, transaction {tx.transaction_id})")
     finally:
         client.close()
 
 
-def _read_staged(opts: SparkOptions, schema: Any, part: NiFiPartition, staging: StagingArea) -> Iterator[Any]:
+def _read_staged(opts: SparkOptions, rows: Rows, part: NiFiPartition, staging: StagingArea) -> Iterator[Any]:
     """Replay the partition's staged rounds; unless it is marked done, pull more rounds."""
     got_rows = got_bytes = 0
     peer = part.peer
@@ -230,7 +247,7 @@ def _read_staged(opts: SparkOptions, schema: Any, part: NiFiPartition, staging: 
             m = resolved
         logger.info("partition %s/%d round %d: replaying %d staged FlowFiles", part.scope, part.index, k, m["rows"])
         got_rows, got_bytes, peer, last = got_rows + m["rows"], got_bytes + m["bytes"], m["peer"], m
-        yield from _replay(staging, m, schema)
+        yield from _replay(staging, m, rows)
     else:
         if staging.done(part.scope, part.index) is not None or (last is not None and not _full(last)):
             return
@@ -255,7 +272,7 @@ def _read_staged(opts: SparkOptions, schema: Any, part: NiFiPartition, staging: 
                 # the rounds are final before the last one is handed to Spark: a replay of this
                 # partition (a retried task, a restarted query) yields exactly these rows
                 staging.mark_done(part.scope, part.index, k)
-            yield from _replay(staging, m, schema)
+            yield from _replay(staging, m, rows)
             if final:
                 return
     finally:
@@ -341,6 +358,56 @@ def _pull_and_stage(client: SiteToSiteClient, opts: SparkOptions, part: NiFiPart
 # -- driver side ---------------------------------------------------------------------------------
 
 
+def infer_record_schema(opts: SparkOptions) -> StructType:
+    """The schema of a record-mode read without ``.schema(...)`` (Avro and Parquet only), from the
+    first FlowFile of the port, which stays in NiFi.
+
+    It asks each node in turn (busiest first) for one FlowFile in a receive transaction, reads the
+    schema the record set carries, and cancels the transaction (DELETE responseCode=15, "cancel
+    transaction"): NiFi puts the FlowFile back at the head of the queue, nothing is consumed.
+    """
+    from pyspark_s2s.records.read import infer_arrow_schema
+
+    fmt = opts.record_format
+    assert fmt is not None
+    if fmt not in ("avro", "parquet"):
+        raise ConfigError(f"recordFormat={fmt} carries no schema: give the reader one with .schema(...) "
+                          "(schema inference reads Avro's embedded schema and Parquet's footer only)",
+                          option="schema")
+    client = SiteToSiteClient(opts.client.replace(batch_count=1))
+    port = opts.client.port
+    try:
+        try:
+            client.port_identifier(Direction.RECEIVE)
+            peers = sorted(client.peer_statuses(Direction.RECEIVE, refresh=True),
+                           key=lambda pw: (-pw[0].flow_file_count, pw[0].hostname, pw[0].port))
+        except S2SError as exc:
+            raise exc.with_prefix(f"nifi-s2s: cannot infer the {fmt} schema of port {port}") from None
+        for peer, _ in peers:
+            with client.create_transaction(Direction.RECEIVE, peer=peer) as tx:
+                batch = tx.receive_record_batch(1)
+                if batch is None or batch.num_rows == 0:
+                    tx.confirm()
+                    tx.complete()
+                    continue
+                where = (f"FlowFile {dict(batch.column(1)[0].as_py()).get('uuid', '(no uuid)')} "
+                         f"(peer {peer.hostname}:{peer.port}, transaction {tx.transaction_id})")
+                tx.cancel("schema inference only looks at the first FlowFile")
+            try:
+                arrow = infer_arrow_schema(batch.column(0)[0].as_buffer(), fmt)
+            except MalformedRecordSet as exc:
+                raise ConfigError(f"cannot infer the {fmt} schema of port {port} from {where}: {exc.message}; "
+                                  "give the reader a schema with .schema(...)", option="schema") from None
+            logger.info("inferred the %s schema of port %s from %s (left in NiFi): %s", fmt, port, where, arrow)
+            return spark_schema_from_arrow(arrow, opts)
+    finally:
+        client.close()
+    raise ConfigError(f"cannot infer the {fmt} schema of port {port}: no node has a FlowFile queued to read it "
+                      "from; give the reader a schema with .schema(...)", option="schema")
+
+
+
+
 @dataclass
 class _BatchSummary:
     rows: int
@@ -381,6 +448,7 @@ class _Driver:
         #: reportLatestOffset's last answer and when it asked the peers
         self.backlog_report: dict[str, Any] | None = None
         self.backlog_at = float("-inf")
+        self.backlog_stale = True  #: a micro-batch was planned since the peers were last asked
 
 
 class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -492,12 +560,13 @@ class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """NiFi's backlog for the progress report (pyspark >= 4.2 shows it as the source's
         ``latestOffset``): the FlowFiles the peers report queued, summed and per peer. NiFi
-        reports a node's whole queued count, not the port's. Asks the peers at most once a
-        second; None when they cannot be listed (the query goes on)."""
+        reports a node's whole queued count, not the port's. Asks the peers once per planned
+        micro-batch, and while idle at most once a second; None when they cannot be listed (the
+        query goes on)."""
         st = self._state()
         now = time.monotonic()
-        if now - st.backlog_at >= 1.0:
-            st.backlog_at = now
+        if st.backlog_stale or now - st.backlog_at >= 1.0:
+            st.backlog_at, st.backlog_stale = now, False
             try:
                 statuses = st.client.peer_statuses(Direction.RECEIVE, refresh=True)
             except S2SError as exc:
@@ -537,6 +606,7 @@ class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._warn("no NiFi peer can be read from now (all penalized or none listed); waiting")
             return start
         st.planned = True
+        st.backlog_stale = True
         if st.available_now and st.first_batch is None:
             st.first_batch = n + 1
         offset = make_offset(n + 1, plan)
@@ -573,7 +643,7 @@ class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executors -----------------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, NiFiPartition)
-        return read_partition(self._opts, arrow_source_schema(self._schema), partition, self._staging)
+        return read_partition(self._opts, make_rows(self._schema, self._opts), partition, self._staging)
 
 
 class NiFiBatchReader(DataSourceReader):
@@ -612,4 +682,4 @@ class NiFiBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, NiFiPartition)
         staging = self._staging if partition.staged else None
-        return read_partition(self._opts, arrow_source_schema(self._schema), partition, staging)
+        return read_partition(self._opts, make_rows(self._schema, self._opts), partition, staging)

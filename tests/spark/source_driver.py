@@ -7,7 +7,8 @@ reads an output port with the nifi-s2s source and writes each micro-batch's ids 
 id, like a table overwrite per batch). ``kill_in_batch`` (a batch id) makes the sink SIGKILL
 the whole process group (driver, JVM, Python workers) after that batch was read, staged and
 confirmed but before Spark's commit: once, marked by a file. The program stops after ``expect``
-distinct ids were written, or after ``seconds``.
+distinct ids were written, or after ``seconds``. With ``record_format``, ``schema`` and
+``id_column`` it reads in record mode and the ids are that record field's values.
 """
 
 from __future__ import annotations
@@ -29,12 +30,18 @@ def main() -> None:
     out = Path(cfg["out"])
     out.mkdir(parents=True, exist_ok=True)
     spark = build_session("s2s-restart-driver", **{"spark.master": "local[1,4]"})
-    df = (spark.readStream.format("nifi-s2s").option("url", cfg["url"]).option("portName", "out")
-          .option("stagingLocation", cfg["staging"]).option("idlePollInterval", "200 ms")
-          .option("maxFlowFilesPerTrigger", str(cfg.get("per_trigger", 100))).load())
+    reader = (spark.readStream.format("nifi-s2s").option("url", cfg["url"]).option("portName", "out")
+              .option("stagingLocation", cfg["staging"]).option("idlePollInterval", "200 ms")
+              .option("maxFlowFilesPerTrigger", str(cfg.get("per_trigger", 100))))
+    id_column = "uuid"
+    if cfg.get("record_format"):
+        # record mode: every record is a row; its id is the record field ``id_column``
+        reader = reader.option("recordFormat", cfg["record_format"]).schema(cfg["schema"])
+        id_column = cfg["id_column"]
+    df = reader.load()
 
     def sink(batch_df, batch_id: int) -> None:  # type: ignore[no-untyped-def]
-        ids = [r.uuid for r in batch_df.select("uuid").collect()]
+        ids = [r[0] for r in batch_df.select(id_column).collect()]
         tmp = out / f".batch-{batch_id}.tmp"
         tmp.write_text(json.dumps(ids))
         os.replace(tmp, out / f"batch-{batch_id}.json")
