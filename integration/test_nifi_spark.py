@@ -33,15 +33,8 @@ pytestmark = [
     pytest.mark.skipif(not NIFI_URL, reason="NIFI_URL is not set (no real NiFi to talk to)"),
 ]
 
-#: options every read and write of these tests uses (TLS/proxy from the same variables as test_nifi.py)
-_ENV = {
-    "keystoreFilename": "NIFI_KEYSTORE", "keystorePassword": "NIFI_KEYSTORE_PASSWORD",
-    "keystoreType": "NIFI_KEYSTORE_TYPE", "truststoreFilename": "NIFI_TRUSTSTORE",
-    "truststorePassword": "NIFI_TRUSTSTORE_PASSWORD", "truststoreType": "NIFI_TRUSTSTORE_TYPE",
-    "proxyHost": "NIFI_PROXY_HOST", "proxyPort": "NIFI_PROXY_PORT", "proxyUsername": "NIFI_PROXY_USERNAME",
-    "proxyPassword": "NIFI_PROXY_PASSWORD", "peerAddressMap": "NIFI_PEER_ADDRESS_MAP",
-}
-
+#: the TLS/proxy options from the same variables as the client tests (integration/ is on sys.path)
+from test_nifi import _ENV  # noqa: E402
 
 def _options(port: str, **extra: str) -> dict[str, str]:
     opts = {name: os.environ[var] for name, var in _ENV.items() if os.environ.get(var)}
