@@ -1,7 +1,7 @@
 # pyspark-s2s developer entry points.
 #
 #   make demo    set up .venv if needed, then run the Spark streaming round trip through the reference server
-#   make test    set up .venv if needed, then run the whole test suite (pyspark 4.3.0), then the Spark
+#   make test    set up .venv if needed, lint (ruff, mypy), run the whole test suite (pyspark 4.3.0), then the Spark
 #                tests that matter again on the oldest supported pyspark line (.venv-spark-oldest)
 #   make bench   set up .venv if needed, then run the client and Spark read benchmarks
 #   make clean   remove .venv and build/test caches
@@ -36,14 +36,14 @@ OLDEST_ARGS := -p no:unraisableexception -W ignore::ResourceWarning \
 	--deselect tests/spark/test_source_stream.py::test_admission_control_caps_each_micro_batch \
 	--deselect tests/spark/test_source_stream.py::test_available_now_ends_while_nifi_keeps_adding
 
-.PHONY: demo test test-oldest bench clean venv venv-oldest check-python check-java
+.PHONY: demo test test-oldest lint bench clean venv venv-oldest check-python check-java
 
 demo: check-java venv
 	$(VPY) -m pyspark_s2s.spark.demo
 
 # pytest's exit status 5 ("no tests collected") is a failure here, said in one line;
 # S2S_PYTEST_STATUS (optional) names a file that receives pytest's own exit status (.ci/run uses it).
-test: check-java venv venv-oldest
+test: check-java venv venv-oldest lint
 	@echo "$(VPY) -m pytest -q $(PYTEST_ARGS)"; \
 	$(VPY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 0 ] && [ -z "$(PYTEST_ARGS)" ]; then \
@@ -54,6 +54,12 @@ test: check-java venv venv-oldest
 	if [ -n "$(S2S_PYTEST_STATUS)" ]; then echo $$rc > "$(S2S_PYTEST_STATUS)"; fi; \
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests (exit status 5); that counts as a failure" >&2; fi; \
 	exit $$rc
+
+# ruff over the code (tests/ not yet: its older files predate the pinned ruff's rules) and mypy
+# (strict on the protocol core, setup.cfg); the pinned versions come with the dev extra
+lint: venv
+	$(VPY) -m ruff check pyspark_s2s bench faults integration
+	$(VPY) -m mypy pyspark_s2s
 
 # the Spark tests on the oldest supported line only
 test-oldest: check-java venv-oldest
@@ -75,7 +81,7 @@ $(STAMP): setup.cfg pyproject.toml | check-python
 		echo "creating $(VENV) with $$($(PYTHON) --version 2>&1)"; \
 		rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); \
 	fi
-	$(VPY) -m pip install -q -e '.[test]' --config-settings editable_mode=compat
+	$(VPY) -m pip install -q -e '.[test,dev]' --config-settings editable_mode=compat
 	@touch $@
 
 # the package as in .venv, but next to pyspark $(OLDEST_PYSPARK) and the test tools only

@@ -324,7 +324,7 @@ def _rule_arg(parser: argparse.ArgumentParser, text: str) -> dict[str, Any]:
     try:
         body = json.loads(text)
         if not isinstance(body, dict):
-            raise ValueError("a rule is a JSON object")
+            raise TypeError("a rule is a JSON object")
         ProxyRule.from_json(0, body)
     except (ValueError, TypeError, re.error) as exc:
         parser.error(f"--rule {text!r}: {exc}; expected a JSON object such as "

@@ -117,6 +117,6 @@ def test_cancel_returns_data_to_the_queue_and_arrow_receive():
 
 
 def test_unknown_port_name():
-    with make_client("no-such-port-for-sure") as c:
-        with pytest.raises(UnknownPortError, match="Failed to determine the identifier of port"):
-            c.create_transaction("send")
+    with make_client("no-such-port-for-sure") as c, \
+            pytest.raises(UnknownPortError, match="Failed to determine the identifier of port"):
+        c.create_transaction("send")

@@ -34,7 +34,8 @@ pytestmark = [
 ]
 
 #: the TLS/proxy options from the same variables as the client tests (integration/ is on sys.path)
-from test_nifi import _ENV  # noqa: E402
+from test_nifi import _ENV
+
 
 def _options(port: str, **extra: str) -> dict[str, str]:
     opts = {name: os.environ[var] for name, var in _ENV.items() if os.environ.get(var)}

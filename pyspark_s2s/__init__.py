@@ -30,7 +30,7 @@ def _default_source() -> Any:
     # Python data source on the machine: so a failing import becomes an AttributeError here.
     try:
         from pyspark_s2s.spark.datasource import DefaultSource
-    except Exception as exc:  # noqa: BLE001 - re-raised as the one type hasattr() handles
+    except Exception as exc:  # re-raised as the one type hasattr() handles
         logging.getLogger(__name__).warning("nifi-s2s data source unavailable: %s", exc)
         raise AttributeError(f"pyspark_s2s.DefaultSource is unavailable: {exc}") from exc
     return DefaultSource

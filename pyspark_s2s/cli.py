@@ -49,10 +49,10 @@ class _Parser(argparse.ArgumentParser):
     one (``--prot-name``: "did you mean --port-name?"). Plain argparse reports a missing required
     argument before an unknown one, so the misspelling itself would never be mentioned."""
 
-    _s2s_args: list[str] = []
+    _s2s_args: tuple[str, ...] = ()
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-        self._s2s_args = list(sys.argv[1:] if args is None else args)
+        self._s2s_args = tuple(sys.argv[1:] if args is None else args)
         return super().parse_known_args(args, namespace)
 
     def unknown_flag(self, tokens: Sequence[str] | None = None) -> str | None:
@@ -138,8 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # the subcommand's parser knows its flags: it names the misspelled one
-        sub = next((a.choices.get(args.command) for a in parser._actions  # noqa: SLF001
-                    if isinstance(a, argparse._SubParsersAction)), None)  # noqa: SLF001
+        sub = next((a.choices.get(args.command) for a in parser._actions
+                    if isinstance(a, argparse._SubParsersAction)), None)
         (sub if isinstance(sub, _Parser) else parser).error(f"unrecognized arguments: {' '.join(extra)}")
     _configure_logging(args.s2s_verbosity + getattr(args, "s2s_sub_verbosity", 0))
     func = getattr(args, "func", None)
@@ -157,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CommandError as exc:
         print(f"{name}: {one_line(str(exc))}", file=sys.stderr, flush=True)
         return exc.exit_status
-    except Exception as exc:  # noqa: BLE001 - the last resort: a user never sees a traceback
+    except Exception as exc:  # the last resort: a user never sees a traceback
         logger.debug("%s failed", name, exc_info=True)
         print(f"{name}: unexpected {type(exc).__name__}: {one_line(str(exc))} (-vv shows where)",
               file=sys.stderr, flush=True)

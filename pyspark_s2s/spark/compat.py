@@ -95,7 +95,9 @@ except ImportError:  # 4.0, 4.1: Spark calls latestOffset() with no arguments an
 
 
 try:  # pyspark >= 4.1: Spark hands the stream writer Arrow record batches
-    from pyspark.sql.datasource import DataSourceStreamArrowWriter as StreamArrowWriterBase
+    from pyspark.sql.datasource import (
+        DataSourceStreamArrowWriter as StreamArrowWriterBase,
+    )
 except ImportError:  # 4.0: the stream writer gets Rows; arrow_batches() turns them into batches
     StreamArrowWriterBase = DataSourceStreamWriter  # type: ignore[misc,assignment]
 
