@@ -862,9 +862,9 @@ def _admin_seeds() -> list[bytes]:
 # -- the table ---------------------------------------------------------------------------------
 
 def _admin_errors() -> tuple[type[BaseException], ...]:
-    from pyspark_s2s.server.admin import AdminError
+    from pyspark_s2s.server.admin import AdminRequestError
 
-    return (AdminError, ConfigError)
+    return (AdminRequestError, ConfigError)
 
 
 def _targets() -> list[Target]:

@@ -86,8 +86,9 @@ class AdminRequest(Protocol):
 MAX_ADMIN_BODY = 64 << 20
 
 
-class AdminError(Exception):
-    """Internal: an admin request failed with ``status``."""
+class AdminRequestError(Exception):
+    """Internal: an admin request failed with ``status`` (the server side; the client side's error is
+    :class:`pyspark_s2s.server.adminclient.AdminError`)."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -120,7 +121,7 @@ def _read_json(h: AdminRequest) -> dict[str, Any]:
             break
         size += len(data)
         if size > MAX_ADMIN_BODY:
-            raise AdminError(400, "admin request body too large")
+            raise AdminRequestError(400, "admin request body too large")
         chunks.append(data)
     raw = b"".join(chunks)
     if not raw.strip():
@@ -128,11 +129,11 @@ def _read_json(h: AdminRequest) -> dict[str, Any]:
     try:
         body = json.loads(raw)
     except RecursionError:
-        raise AdminError(400, "invalid JSON: nested too deeply") from None
+        raise AdminRequestError(400, "invalid JSON: nested too deeply") from None
     except ValueError as exc:
-        raise AdminError(400, f"invalid JSON: {exc}") from None
+        raise AdminRequestError(400, f"invalid JSON: {exc}") from None
     if not isinstance(body, dict):
-        raise AdminError(400, "JSON body must be an object")
+        raise AdminRequestError(400, "JSON body must be an object")
     return body
 
 
@@ -142,7 +143,7 @@ def _int_or_none(value: Any, what: str) -> int | None:
     try:
         return int(value)
     except (TypeError, ValueError, OverflowError):  # OverflowError: int(1e999)
-        raise AdminError(400, f"{what} must be an integer") from None
+        raise AdminRequestError(400, f"{what} must be an integer") from None
 
 
 def _nodes_for(h: AdminRequest, node: int | None) -> list[Node]:
@@ -151,7 +152,7 @@ def _nodes_for(h: AdminRequest, node: int | None) -> list[Node]:
         return [n for n in cluster.nodes if not n.removed]
     found = cluster.node(node)
     if found is None:
-        raise AdminError(404, f"no node {node}")
+        raise AdminRequestError(404, f"no node {node}")
     return [found]
 
 
@@ -209,23 +210,23 @@ def _make_flowfiles(body: dict[str, Any]) -> list[FlowFile]:
     if "flowfiles" in body:
         items = body["flowfiles"]
         if not isinstance(items, list):
-            raise AdminError(400, "flowfiles must be a list")
+            raise AdminRequestError(400, "flowfiles must be a list")
         for item in items:
             if not isinstance(item, dict):
-                raise AdminError(400, "each flowfile must be an object")
+                raise AdminRequestError(400, "each flowfile must be an object")
             attrs = item.get("attributes") or {}
             if not isinstance(attrs, dict):
-                raise AdminError(400, "attributes must be an object")
+                raise AdminRequestError(400, "attributes must be an object")
             try:
                 raw = base64.b64decode(item.get("content") or "", validate=True)
             except (binascii.Error, ValueError):
-                raise AdminError(400, "content must be base64") from None
+                raise AdminRequestError(400, "content must be base64") from None
             out.append(FlowFile({str(k): str(v) for k, v in attrs.items()}, Content.of(raw)))
         return out
     count = _int_or_none(body.get("count"), "count")
     size = _int_or_none(body.get("size"), "size") or 0
     if count is None or count < 0 or size < 0:
-        raise AdminError(400, "give flowfiles, or count (>= 0) and size (>= 0)")
+        raise AdminRequestError(400, "give flowfiles, or count (>= 0) and size (>= 0)")
     attrs = body.get("attributes") or {}
     for i in range(count):
         pattern = f"flowfile {i}\n".encode()
@@ -257,7 +258,7 @@ def handle(h: AdminRequest, method: str, path: str, query: dict[str, list[str]])
         return
     try:
         status, body = _route(h, method, path.rstrip("/"), query)
-    except AdminError as exc:
+    except AdminRequestError as exc:
         status, body = exc.status, {"error": exc.message}
     except ConfigError as exc:
         status, body = 400, {"error": exc.message}
@@ -343,13 +344,13 @@ def _route(
             try:
                 node = app.add_node(port)
             except OSError as exc:
-                raise AdminError(409, f"cannot listen: {exc}") from None
+                raise AdminRequestError(409, f"cannot listen: {exc}") from None
             return 200, {"index": node.index, "url": node.url}
     m = _NODE_ROUTE.match(path)
     if m:
         index = int(m.group("index"))
         if cluster.node(index) is None:
-            raise AdminError(404, f"no node {index}")
+            raise AdminRequestError(404, f"no node {index}")
         action = m.group("action")
         if action is None and method == "DELETE":
             _read_json(h)
@@ -366,7 +367,7 @@ def _route(
             try:
                 node = app.start_node(index)
             except OSError as exc:
-                raise AdminError(409, f"cannot listen again: {exc}") from None
+                raise AdminRequestError(409, f"cannot listen again: {exc}") from None
             return 200, {"index": index, "url": node.url, "alive": True}
     m = _TX_ROUTE.match(path)
     if m and method == "POST":
@@ -375,15 +376,15 @@ def _route(
         with cluster.lock:
             tx = cluster.find_transaction(tx_id)
             if tx is None:
-                raise AdminError(404, f"no active transaction {tx_id}")
+                raise AdminRequestError(404, f"no active transaction {tx_id}")
             if tx.state is ServerState.TRANSFERRING:
-                raise AdminError(409, f"transaction {tx_id} is transferring data right now")
+                raise AdminRequestError(409, f"transaction {tx_id} is transferring data right now")
             cluster.expire(tx)
             return 200, {"transaction": tx.describe()}
     m = _PORT_ROUTE.match(path)
     if m:
         return _port_action(h, method, m.group("name"), m.group("action"), query)
-    raise AdminError(404, f"no admin route {method} {path}")
+    raise AdminRequestError(404, f"no admin route {method} {path}")
 
 
 def _port_action(
@@ -397,7 +398,7 @@ def _port_action(
         with cluster.lock:
             port = node.port_by_key(name)
             if port is None:
-                raise AdminError(404, f"no port {name}")
+                raise AdminRequestError(404, f"no port {name}")
             items = cluster.drain(node, port) if drain else list(port.queue)
         listed = [_flowfile_json(ff, with_content) for ff in items]
         if drain:
@@ -405,7 +406,7 @@ def _port_action(
                 ff.release()
         return 200, {"node": node.index, "port": name, "flowfiles": listed}
     if method != "POST":
-        raise AdminError(404, f"no admin route {method} {action}")
+        raise AdminRequestError(404, f"no admin route {method} {action}")
     body = _read_json(h)
     node_arg = _int_or_none(body.get("node", _q(query, "node")), "node")
     if action == "flowfiles":
@@ -414,7 +415,7 @@ def _port_action(
         with cluster.lock:
             port = node.port_by_key(name)
             if port is None:
-                raise AdminError(404, f"no port {name}")
+                raise AdminRequestError(404, f"no port {name}")
             cluster.enqueue(node, port, flowfiles)
             return 200, {"node": node.index, "port": port.describe(), "added": len(flowfiles)}
     nodes = _nodes_for(h, node_arg)
@@ -423,14 +424,14 @@ def _port_action(
         for node in nodes:
             port = node.port_by_key(name)
             if port is None:
-                raise AdminError(404, f"no port {name}")
+                raise AdminRequestError(404, f"no port {name}")
             if action == "stop":
                 port.state = STOPPED
             elif action == "start":
                 port.state = RUNNING
             else:
                 if "capacity" not in body:
-                    raise AdminError(400, "capacity is required (an integer or null)")
+                    raise AdminRequestError(400, "capacity is required (an integer or null)")
                 cap = _int_or_none(body["capacity"], "capacity")
                 port.capacity = cap
             described.append({"node": node.index, **port.describe()})
