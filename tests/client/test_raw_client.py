@@ -331,9 +331,10 @@ def test_tls_without_client_certificate_fails_cleanly(tls_raw: ServerProcess) ->
 
 class _ScriptedPeer:
     """A RAW peer on 127.0.0.1 that answers with fixed bytes after reading what the client sends
-    up to each step (for what the reference server never does: other versions, aborts, codes)."""
+    up to each step (for what the reference server never does: other versions, aborts, codes);
+    ``b""`` answers nothing (the connection stays open), ``None`` hangs up."""
 
-    def __init__(self, answers: list[bytes]) -> None:
+    def __init__(self, answers: list[bytes | None]) -> None:
         import socket
         import threading
 
@@ -352,6 +353,8 @@ class _ScriptedPeer:
                 try:
                     self.received += conn.recv(65536)
                 except OSError:
+                    return
+                if answer is None:  # read what the client sent, then hang up at once
                     return
                 if answer:
                     conn.sendall(answer)
@@ -406,9 +409,9 @@ def test_older_server_version_is_negotiated_down() -> None:
     ([b"\x14", b"RC\xca"], PortDestinationFullError,
      "PORTS_DESTINATION_FULL (202)"),
     ([b"\x14", b"XY\x01"], ProtocolError, "expected a response code"),
-    ([b""], ProtocolError, "closed before a resource negotiation status"),
+    ([None], ProtocolError, "closed before a resource negotiation status"),
 ])
-def test_refusals_and_bad_answers_name_the_peer(answers: list[bytes], error: type, text: str) -> None:
+def test_refusals_and_bad_answers_name_the_peer(answers: list[bytes | None], error: type, text: str) -> None:
     peer = _ScriptedPeer(answers)
     try:
         with pytest.raises(error) as info:

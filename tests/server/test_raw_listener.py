@@ -500,7 +500,7 @@ def test_receive_whose_client_stops_reading_is_ended_and_rolled_back(srv: Server
         peer.open(srv.port_id("out2"))
         peer.send(raw.encode_request(raw.RequestType.RECEIVE_FLOWFILES))
         # never read: the server's writes stop making progress and the idle timeout ends them
-        _wait(lambda: srv.admin.transactions()[-1]["finishedAt"] is not None, timeout=60)
+        _wait(lambda: (txs := srv.admin.transactions()) and txs[-1]["finishedAt"] is not None, timeout=60)
     assert srv.admin.transactions()[-1]["outcome"] == "failed: download connection broke"
     assert srv.admin.queued("out2") == 4
 

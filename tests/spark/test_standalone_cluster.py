@@ -5,8 +5,12 @@ Local mode shares the driver's ``sys.path``, files and environment with its exec
 distribution bug cannot show there. Here the executors are separate JVMs under two workers, each
 with its own Python workers, and they cannot import the package from the checkout: their Python
 (``spark.pyspark.python``) is the venv's interpreter behind a launcher that removes the checkout
-from ``sys.path``, as on a cluster where the package is installed on the driver's machine only.
-So every executor imports ``pyspark_s2s`` from the ``--py-files`` zip, or fails. The staging
+from ``sys.path`` under a worker, as on a cluster where the package is installed on the driver's
+machine only. So every executor imports ``pyspark_s2s`` from the ``--py-files`` zip, or fails.
+(The driver's own Python workers, such as the streaming source's runner, run the same
+``spark.pyspark.python`` but do not get the zip: with the checkout hidden there too, the streaming
+read failed with ``ModuleNotFoundError`` in ``python_streaming_source_runner``. docs/spark.md states
+the rule that follows.) The staging
 location is one directory both executors write to (they share this machine's filesystem, as a
 cluster shares HDFS or S3). The job is verified id by id: a batch read, and a streaming read
 through staging written back to NiFi by the streaming sink (task commits), over a 2-node server.
@@ -34,12 +38,15 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 PYSPARK_HOME = Path(__import__("pyspark").__file__).resolve().parent
 
-#: the executors' Python: the venv's interpreter without the checkout on sys.path; Spark starts
-#: its workers as ``python -m <module>``
+#: ``spark.pyspark.python``: the venv's interpreter, without the checkout on sys.path when it runs
+#: under a worker (an executor's Python: its cwd is in the worker's work directory), as on a cluster
+#: where the package is installed on the driver's machine only; Spark starts it as ``python -m <module>``
 LAUNCHER = '''\
 import os, runpy, sys
 hidden = os.path.realpath(sys.argv.pop(1))
-sys.path[:] = [p for p in sys.path if os.path.realpath(p or ".") != hidden]
+workers = os.path.realpath(sys.argv.pop(1))
+if os.path.realpath(os.getcwd()).startswith(workers):
+    sys.path[:] = [p for p in sys.path if os.path.realpath(p or ".") != hidden]
 if len(sys.argv) > 2 and sys.argv[1] == "-m":
     module = sys.argv[2]
     sys.argv = [module, *sys.argv[3:]]
@@ -156,7 +163,7 @@ def test_py_files_job_on_a_master_and_two_workers(standalone: tuple[str, Path]) 
     launcher = tmp / "executor_python.py"
     launcher.write_text(LAUNCHER)
     executor_python = tmp / "executor-python"
-    executor_python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{launcher}" "{REPO}" "$@"\n')
+    executor_python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{launcher}" "{REPO}" "{tmp / "worker-"}" "$@"\n')
     executor_python.chmod(0o755)
     spark_submit = shutil.which("spark-submit", path=str(Path(sys.executable).parent))
     assert spark_submit, "spark-submit is installed with pyspark"
