@@ -160,12 +160,20 @@ def record_write_spec(opts: SparkOptions, schema: StructType) -> RecordWriteSpec
 # -- the attribute routing's ring, kept in the checkpoint -----------------------------------------
 
 
-def record_ring_members(opts: SparkOptions) -> tuple[str, ...] | None:
+def recorded_ring_members(opts: SparkOptions) -> list[str] | None:
+    """The ring members recorded under the checkpoint (``routing=attribute`` with a
+    ``checkpointLocation``; else None). Unreadable fails loudly (:class:`ConfigError`)."""
+    if opts.routing != "attribute" or not opts.checkpoint_location:
+        return None
+    return RingMembers(opts.checkpoint_location).read()
+
+
+def record_ring_members(opts: SparkOptions, recorded: list[str] | None = None) -> tuple[str, ...] | None:
     """The ring members of this micro-batch (driver; ``routing=attribute`` with a
     ``checkpointLocation``, else None: tasks hash over their own peer list).
 
     Reads the members recorded under the checkpoint (:class:`RingMembers`; unreadable fails the
-    batch loudly), asks the peer list once, appends the peers not seen before and writes the list
+    batch loudly; ``recorded``: what the caller read already), asks the peer list once, appends the peers not seen before and writes the list
     back when it changed. Neither a peer list that cannot be had (the recorded members are used as
     they are; the tasks meet the same servers and fail with their own errors if none answers) nor
     a ring file that cannot be written (this batch uses the new members; a restart before the file
@@ -173,7 +181,8 @@ def record_ring_members(opts: SparkOptions) -> tuple[str, ...] | None:
     if opts.routing != "attribute" or not opts.checkpoint_location:
         return None
     store = RingMembers(opts.checkpoint_location)
-    recorded = store.read()
+    if recorded is None:
+        recorded = store.read()
     where = f"nifi-s2s sink (port {opts.client.port})"
     try:
         with SiteToSiteClient(opts.client) as client:
@@ -232,12 +241,17 @@ class NiFiStreamWriter(_NiFiWriter, StreamArrowWriterBase):
 
     _ring_fixed = False
 
+    def __init__(self, opts: SparkOptions, schema: StructType, overwrite: bool) -> None:
+        super().__init__(opts, schema, overwrite)
+        # an unreadable ring file fails the batch here, with this project's message (a file read)
+        self._recorded = recorded_ring_members(opts)
+
     def __getstate__(self) -> dict[str, Any]:
         # Spark builds this writer twice per micro-batch on the driver: once to pickle it to the tasks
         # (here) and once to run commit/abort, which never pickles it. Fixing the ring when pickling
         # asks the peer list once per micro-batch and only for the instance the tasks use.
         if not self._ring_fixed:
-            self.ring_members = record_ring_members(self.opts)
+            self.ring_members = record_ring_members(self.opts, self._recorded)
             self._ring_fixed = True
         return dict(self.__dict__)
 

@@ -124,6 +124,16 @@ def test_driver_records_members_keeps_a_stopped_one_and_ships_them_to_tasks(srv:
     assert batch.ring_members is None
 
 
+def test_a_ring_file_that_cannot_be_written_is_logged_and_the_batch_goes_on(
+        srv: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    chk = tmp_path / "chk"
+    chk.mkdir()
+    (chk / "nifi-s2s-sink").write_text("")  # a file where the ring's directory should be
+    with caplog.at_level("WARNING", logger="pyspark_s2s.spark.sink"):
+        assert record_ring_members(sink_options(srv, chk)) == tuple(sorted(names(srv)))
+    assert "could not be recorded" in caplog.text and str(chk / "nifi-s2s-sink" / "ring.json") in caplog.text
+
+
 # -- a real streaming query restarted from its checkpoint ---------------------------------------
 
 
@@ -173,3 +183,19 @@ def test_restarted_query_keeps_every_key_on_its_node(spark: Any, srv: ServerProc
     third = drain(srv)
     assert rows_of(third) == Counter(f"row-{i}" for i in range(800, 1200))
     assert homes(third) == home
+
+
+def test_an_unreadable_ring_file_fails_the_query_loudly_and_sends_nothing(spark: Any, srv: ServerProcess,
+                                                                         tmp_path: Path) -> None:
+    d = tmp_path / "in"
+    d.mkdir()
+    write_files(d, "a.json", 0, 50, keys=KEYS)
+    chk = tmp_path / "chk"
+    (chk / "nifi-s2s-sink").mkdir(parents=True)
+    (chk / "nifi-s2s-sink" / "ring.json").write_text("{truncated")
+    with pytest.raises(Exception) as info:
+        run_stream(stream_df(spark, d), srv, chk, routing="attribute", routingAttribute="k")
+    assert "ring members" in str(info.value) and "checkpointLocation" in str(info.value)
+    assert str(chk / "nifi-s2s-sink" / "ring.json") in str(info.value) and "PicklingError" not in str(info.value)
+    assert flat(drain(srv)) == []
+    assert (chk / "nifi-s2s-sink" / "ring.json").read_text() == "{truncated"  # left as it was
