@@ -1,9 +1,11 @@
 """The ``nifi-s2s`` sink: Spark rows into a NiFi input port (``df.write`` / ``df.writeStream``).
 
 Owns: the accepted input columns (:func:`check_sink_schema`; in record mode
-:func:`record_write_spec`, which checks every column's type on the driver) and the writers Spark instantiates
-(:class:`NiFiStreamWriter`, :class:`NiFiBatchWriter`), which hand each task to the executor
-side (:mod:`pyspark_s2s.spark.sink_task`) and ``commit`` / ``abort`` to the driver side
+:func:`record_write_spec`, which checks every column's type on the driver), the attribute
+routing's ring members a streaming write keeps in its checkpoint (:func:`record_ring_members`,
+once per micro-batch on the driver) and the writers Spark instantiates (:class:`NiFiStreamWriter`,
+:class:`NiFiBatchWriter`), which hand each task to the executor side
+(:mod:`pyspark_s2s.spark.sink_task`) and ``commit`` / ``abort`` to the driver side
 (:mod:`pyspark_s2s.spark.commitlog`). The packet layout is the client's
 (:mod:`pyspark_s2s.client.arrow`).
 
@@ -61,6 +63,7 @@ __all__ = [
     "commit_handles",
     "record_ring_members",
     "record_write_spec",
+    "recorded_ring_members",
 ]
 
 logger = logging.getLogger(__name__)
@@ -173,8 +176,8 @@ def record_ring_members(opts: SparkOptions, recorded: list[str] | None = None) -
     ``checkpointLocation``, else None: tasks hash over their own peer list).
 
     Reads the members recorded under the checkpoint (:class:`RingMembers`; unreadable fails the
-    batch loudly; ``recorded``: what the caller read already), asks the peer list once, appends the peers not seen before and writes the list
-    back when it changed. Neither a peer list that cannot be had (the recorded members are used as
+    batch loudly; ``recorded``: what the caller read already), asks the peer list once, appends
+    the peers not seen before and writes the list back when it changed. Neither a peer list that cannot be had (the recorded members are used as
     they are; the tasks meet the same servers and fail with their own errors if none answers) nor
     a ring file that cannot be written (this batch uses the new members; a restart before the file
     is written learns them again from the peer list) fails the batch: both are logged."""
