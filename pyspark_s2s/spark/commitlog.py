@@ -2,8 +2,9 @@
 
 Owns: :class:`SinkCommitMessage` (what a task hands the driver), :class:`CommitLog` (which
 transactions of a micro-batch were committed, under ``checkpointLocation``), :func:`commit_handles`
-and :func:`abort_handles` (run by the writers' ``commit`` / ``abort`` on the driver) and
-:func:`cancel_all`.
+and :func:`abort_handles` (run by the writers' ``commit`` / ``abort`` on the driver),
+:func:`cancel_all`, and :class:`RingMembers` (the attribute routing's ring members, kept under
+``checkpointLocation`` next to the commit log).
 
 Must not import: the server, the executor side (``spark.sink_task``). Commit messages hold only
 plain, picklable data.
@@ -23,12 +24,13 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from pyspark_s2s.client import SiteToSiteClient
 from pyspark_s2s.client.transaction import TransactionHandle
-from pyspark_s2s.errors import S2SError, TransactionNotFoundError
+from pyspark_s2s.errors import ConfigError, S2SError, TransactionNotFoundError
 from pyspark_s2s.spark.options import SparkOptions
 
 __all__ = [
     "CommitLog",
     "CommittedPart",
+    "RingMembers",
     "SinkCommitMessage",
     "abort_handles",
     "cancel_all",
@@ -106,6 +108,16 @@ class CommittedPart:
         return first >= end
 
 
+def _checkpoint_fs(location: str) -> tuple[Any, str]:
+    """The ``pyarrow.fs`` filesystem and path of a location under ``checkpointLocation``."""
+    import pyarrow.fs as pafs
+
+    if "://" in location:
+        fs, path = pafs.FileSystem.from_uri(location)
+        return fs, path
+    return pafs.LocalFileSystem(), location
+
+
 class CommitLog:
     """Which transactions of a micro-batch the driver committed (``commitMode=batch``), under
     ``<checkpointLocation>/nifi-s2s-sink/batch-<N>/part-<P>.json``: per partition, the committed
@@ -123,12 +135,7 @@ class CommitLog:
         self.location = location.rstrip("/") + "/nifi-s2s-sink"
 
     def _fs(self) -> tuple[Any, str]:
-        import pyarrow.fs as pafs
-
-        if "://" in self.location:
-            fs, path = pafs.FileSystem.from_uri(self.location)
-            return fs, path
-        return pafs.LocalFileSystem(), self.location
+        return _checkpoint_fs(self.location)
 
     def _path(self, batch: int, partition: int | None = None) -> tuple[Any, str]:
         fs, root = self._fs()
@@ -273,3 +280,46 @@ def abort_handles(opts: SparkOptions, messages: list[Any], batch_id: int | None)
         raise S2SError(f"{where}: abort could not cancel {len(failures)} of {len(handles)} transactions "
                        f"(they roll back after the server's TTL): {'; '.join(failures[:3])}")
 
+
+
+class RingMembers:
+    """The attribute routing's ring members of a streaming query (``routing=attribute``), under
+    ``<checkpointLocation>/nifi-s2s-sink/ring.json``: the ``"host:port"`` names in the order they
+    joined. The driver reads it at each micro-batch, appends the peers it has not seen
+    (:func:`~pyspark_s2s.spark.routing.grow_members`) and writes it back (aside, then renamed over)
+    when that changed; a restarted query reads the same members and maps every key as before."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location.rstrip("/") + "/nifi-s2s-sink/ring.json"
+
+    def read(self) -> list[str]:
+        """The recorded members ([] before the first batch). A checkpoint that cannot be opened, or
+        a ring file that cannot be read or parsed, fails loudly (:class:`ConfigError` naming it):
+        mapping keys afresh would silently move them."""
+        import pyarrow.fs as pafs
+
+        try:
+            fs, path = _checkpoint_fs(self.location)
+            if fs.get_file_info(path).type == pafs.FileType.NotFound:
+                return []
+            with fs.open_input_stream(path) as fh:
+                doc = json.loads(fh.read())
+            members = doc["members"]
+            if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+                raise ValueError("'members' is not a list of host:port names")
+            return list(members)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"nifi-s2s sink: the attribute routing's ring members at {self.location} cannot be "
+                              f"read ({type(exc).__name__}: {exc}); the checkpoint must stay readable so that "
+                              "keys keep their nodes (restore the file, or start the query on a new "
+                              "checkpointLocation to map keys afresh)", option="checkpointLocation") from None
+
+    def write(self, members: list[str]) -> None:
+        """Record ``members`` atomically (a reader sees the old list or the new one)."""
+        fs, path = _checkpoint_fs(self.location)
+        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+        doc = {"members": list(members), "updatedAt": time.time()}
+        with fs.open_output_stream(tmp) as fh:
+            fh.write(json.dumps(doc).encode())
+        fs.move(tmp, path)

@@ -213,7 +213,10 @@ SPARK_ONLY_OPTIONS: tuple[Option, ...] = (
     _row("routing", "routing", _choice(ROUTINGS), "weighted", "weighted, roundRobin, attribute or singleNode",
          "Sink. How rows are spread over NiFi nodes: `weighted` (NiFi's SEND weighting: less loaded nodes "
          "first), `roundRobin`, `attribute` (consistent hashing of `routingAttribute`'s value: equal "
-         "values reach the same node), or `singleNode` (every row to one node, the first of the peer list "
+         "values reach the same node; a streaming query with a `checkpointLocation` keeps the ring's "
+         "nodes in the checkpoint, so a restarted query sends every key to the node it had before while "
+         "that node is listed, a node that leaves moves only its keys and gets them back when it "
+         "returns), or `singleNode` (every row to one node, the first of the peer list "
          "in host and port order, the same for every task; no failover while that node is listed but "
          "failing: its rows wait up to `timeout`, then the task fails naming it, as NiFi's single-node "
          "load balancing waits for its node)."),

@@ -1,8 +1,9 @@
 """How the sink spreads rows over NiFi nodes: the consistent hash ring and the round-robin rotation.
 
 Owns: :class:`HashRing` (attribute routing: equal values reach the same node, a node joining or
-leaving moves about 1/N of the values), :func:`route_values` (the route of each distinct
-value of one Arrow column, hashed once per distinct value, not once per row) and
+leaving moves about 1/N of the values), the membership rules of a ring kept in a streaming
+query's checkpoint (:func:`grow_members`, :func:`ring_nodes`), :func:`route_values` (the route of
+each distinct value of one Arrow column, hashed once per distinct value, not once per row) and
 :func:`single_node_of` (single-node routing: the one node every task sends to).
 
 Pure Python (``hashlib``, ``bisect``); pyarrow only in :func:`route_values`. Must not import:
@@ -13,10 +14,19 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["MISSING", "VIRTUAL_NODES", "HashRing", "route_values", "single_node_of", "value_key"]
+__all__ = [
+    "MISSING",
+    "VIRTUAL_NODES",
+    "HashRing",
+    "grow_members",
+    "ring_nodes",
+    "route_values",
+    "single_node_of",
+    "value_key",
+]
 
 #: points each node gets on the ring (more points = a more even share of the keys)
 VIRTUAL_NODES = 160
@@ -60,6 +70,33 @@ class HashRing:
 
     def __repr__(self) -> str:
         return f"HashRing({list(self.nodes)!r})"
+
+
+def grow_members(recorded: Sequence[str], peers: Iterable[str]) -> list[str]:
+    """The ring's members after a micro-batch's peer list (the driver, ``routing=attribute`` with a
+    checkpoint): every recorded member kept, in the order it joined, even when it is not listed now
+    (a stopped node keeps its place and gets its keys back when it returns); the peers not recorded
+    yet appended (several in one batch in name order), as a node joining a consistent hash ring
+    takes about 1/N of the keys. Duplicates are dropped."""
+    members = list(dict.fromkeys(recorded))
+    known = set(members)
+    members.extend(sorted({p for p in peers if p not in known}))
+    return members
+
+
+def ring_nodes(members: Sequence[str], live: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(the nodes a task's ring is built from, the members it skips): the recorded ``members`` that
+    are in the task's current peer list ``live``, and those that are not (stopped or removed: only
+    their keys move, to the next node on the ring). A live peer that is not a member yet (it joined
+    after the driver recorded the batch's members) gets no keys until the next micro-batch, so every
+    task of a batch hashes over the same members. With no member live, the ring is the live peers
+    (nothing recorded can be reached; the caller says so)."""
+    here = set(live)
+    nodes = [m for m in dict.fromkeys(members) if m in here]
+    skipped = [m for m in dict.fromkeys(members) if m not in here]
+    if not nodes:
+        return sorted(here), skipped
+    return nodes, skipped
 
 
 def route_values(values: Any, ring: HashRing, index: dict[str, int]) -> Any:

@@ -1,9 +1,11 @@
 """The ``nifi-s2s`` sink: Spark rows into a NiFi input port (``df.write`` / ``df.writeStream``).
 
 Owns: the accepted input columns (:func:`check_sink_schema`; in record mode
-:func:`record_write_spec`, which checks every column's type on the driver) and the writers Spark instantiates
-(:class:`NiFiStreamWriter`, :class:`NiFiBatchWriter`), which hand each task to the executor
-side (:mod:`pyspark_s2s.spark.sink_task`) and ``commit`` / ``abort`` to the driver side
+:func:`record_write_spec`, which checks every column's type on the driver), the attribute
+routing's ring members a streaming write keeps in its checkpoint (:func:`record_ring_members`,
+once per micro-batch on the driver) and the writers Spark instantiates (:class:`NiFiStreamWriter`,
+:class:`NiFiBatchWriter`), which hand each task to the executor side
+(:mod:`pyspark_s2s.spark.sink_task`) and ``commit`` / ``abort`` to the driver side
 (:mod:`pyspark_s2s.spark.commitlog`). The packet layout is the client's
 (:mod:`pyspark_s2s.client.arrow`).
 
@@ -25,18 +27,22 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, MapType, StringType, StructField, StructType
 
-from pyspark_s2s.errors import ConfigError
+from pyspark_s2s.client import SiteToSiteClient
+from pyspark_s2s.errors import ConfigError, S2SError
+from pyspark_s2s.protocol.codes import Direction
 from pyspark_s2s.records import RECORD_FORMATS
 from pyspark_s2s.records.types import avro_names, check_field, check_partition_field
 from pyspark_s2s.records.write import RecordWriteSpec
 from pyspark_s2s.spark.commitlog import (
     CommitLog,
+    RingMembers,
     SinkCommitMessage,
     abort_handles,
     commit_handles,
 )
 from pyspark_s2s.spark.compat import StreamArrowWriterBase, arrow_batches
 from pyspark_s2s.spark.options import SparkOptions
+from pyspark_s2s.spark.routing import grow_members
 from pyspark_s2s.spark.sink_task import (
     SINK_ATTRIBUTES,
     SinkLayout,
@@ -55,7 +61,9 @@ __all__ = [
     "TaskIds",
     "check_sink_schema",
     "commit_handles",
+    "record_ring_members",
     "record_write_spec",
+    "recorded_ring_members",
 ]
 
 logger = logging.getLogger(__name__)
@@ -152,6 +160,55 @@ def record_write_spec(opts: SparkOptions, schema: StructType) -> RecordWriteSpec
         write_schema_attribute=write_schema)
 
 
+# -- the attribute routing's ring, kept in the checkpoint -----------------------------------------
+
+
+def recorded_ring_members(opts: SparkOptions) -> list[str] | None:
+    """The ring members recorded under the checkpoint (``routing=attribute`` with a
+    ``checkpointLocation``; else None). Unreadable fails loudly (:class:`ConfigError`)."""
+    if opts.routing != "attribute" or not opts.checkpoint_location:
+        return None
+    return RingMembers(opts.checkpoint_location).read()
+
+
+def record_ring_members(opts: SparkOptions, recorded: list[str] | None = None) -> tuple[str, ...] | None:
+    """The ring members of this micro-batch (driver; ``routing=attribute`` with a
+    ``checkpointLocation``, else None: tasks hash over their own peer list).
+
+    Reads the members recorded under the checkpoint (:class:`RingMembers`; unreadable fails the
+    batch loudly; ``recorded``: what the caller read already), asks the peer list once, appends
+    the peers not seen before and writes the list back when it changed. Neither a peer list that cannot be had (the recorded members are used as
+    they are; the tasks meet the same servers and fail with their own errors if none answers) nor
+    a ring file that cannot be written (this batch uses the new members; a restart before the file
+    is written learns them again from the peer list) fails the batch: both are logged."""
+    if opts.routing != "attribute" or not opts.checkpoint_location:
+        return None
+    store = RingMembers(opts.checkpoint_location)
+    if recorded is None:
+        recorded = store.read()
+    where = f"nifi-s2s sink (port {opts.client.port})"
+    try:
+        with SiteToSiteClient(opts.client) as client:
+            peers = [f"{p.hostname}:{p.port}" for p, _ in client.peer_statuses(Direction.SEND)]
+    except S2SError as exc:
+        logger.warning("%s: the peer list for the attribute routing's ring could not be had (%s); this batch "
+                       "hashes over the %d recorded members", where, exc, len(recorded))
+        return tuple(recorded) or None
+    members = grow_members(recorded, peers)
+    if members != recorded:
+        joined = members[len(recorded):]
+        try:
+            store.write(members)
+        except OSError as exc:
+            logger.warning("%s: the ring members could not be recorded at %s (%s: %s); this batch uses them, "
+                           "a restart before they are recorded learns them again from the peer list",
+                           where, store.location, type(exc).__name__, exc)
+        else:
+            logger.info("%s: %s joined the attribute routing's ring (recorded at %s)", where,
+                        ", ".join(joined), store.location)
+    return tuple(members)
+
+
 # -- the writers Spark instantiates --------------------------------------------------------------
 
 
@@ -165,14 +222,17 @@ class _NiFiWriter:
         self.schema = schema
         #: made once on the driver per writer (per micro-batch / per df.write), shared by its tasks
         self.write_token = uuid.uuid4().hex
+        #: the attribute routing's ring members, recorded in the checkpoint when the writer is
+        #: shipped to the tasks (see :meth:`NiFiStreamWriter.__getstate__`); None: each task's peer list
+        self.ring_members: tuple[str, ...] | None = None
 
     def write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
         # record batches from Spark, or Rows from pyspark 4.0's stream writer (compat.arrow_batches)
         batches = arrow_batches(iterator, self.schema)
         ids = TaskIds.current(self.write_token)
         if self.records is not None:
-            return write_record_partition(self.opts, self.records, batches, ids)
-        return write_partition(self.opts, self.layout, batches, ids)
+            return write_record_partition(self.opts, self.records, batches, ids, self.ring_members)
+        return write_partition(self.opts, self.layout, batches, ids, self.ring_members)
 
     def _log(self) -> CommitLog | None:
         location = self.opts.checkpoint_location
@@ -181,6 +241,22 @@ class _NiFiWriter:
 
 class NiFiStreamWriter(_NiFiWriter, StreamArrowWriterBase):
     """``df.writeStream.format("nifi-s2s")``: one instance per micro-batch (Spark rebuilds it)."""
+
+    _ring_fixed = False
+
+    def __init__(self, opts: SparkOptions, schema: StructType, overwrite: bool) -> None:
+        super().__init__(opts, schema, overwrite)
+        # an unreadable ring file fails the batch here, with this project's message (a file read)
+        self._recorded = recorded_ring_members(opts)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark builds this writer twice per micro-batch on the driver: once to pickle it to the tasks
+        # (here) and once to run commit/abort, which never pickles it. Fixing the ring when pickling
+        # asks the peer list once per micro-batch and only for the instance the tasks use.
+        if not self._ring_fixed:
+            self.ring_members = record_ring_members(self.opts, self._recorded)
+            self._ring_fixed = True
+        return dict(self.__dict__)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         if self.opts.commit_mode == "batch":

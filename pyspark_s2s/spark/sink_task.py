@@ -31,7 +31,7 @@ from pyspark_s2s.protocol.codes import Direction
 from pyspark_s2s.records.write import RecordFlowFile, RecordSetPacker, RecordWriteSpec
 from pyspark_s2s.spark.commitlog import SinkCommitMessage, cancel_all
 from pyspark_s2s.spark.options import SparkOptions
-from pyspark_s2s.spark.routing import HashRing, route_values, single_node_of
+from pyspark_s2s.spark.routing import HashRing, ring_nodes, route_values, single_node_of
 from pyspark_s2s.spark.sink_keepalive import HandleKeeper
 
 __all__ = [
@@ -117,8 +117,10 @@ class TaskIds:
 class _PartitionWriter:
     """One task's output: open transactions per route, split by the batch limits."""
 
-    def __init__(self, opts: SparkOptions, layout: SinkLayout, ids: TaskIds) -> None:
+    def __init__(self, opts: SparkOptions, layout: SinkLayout, ids: TaskIds,
+                 members: tuple[str, ...] | None = None) -> None:
         self.opts = opts
+        self.members = members  # the ring's members recorded by the driver (attribute routing)
         self.layout = layout
         self.ids = ids
         self.batch_mode = opts.commit_mode == "batch"
@@ -146,7 +148,8 @@ class _PartitionWriter:
     # -- routing -----------------------------------------------------------------------------
     def _learn_routes(self) -> None:
         """The nodes rows are dealt or hashed to: the peer list when the first row comes (an empty
-        partition asks nothing)."""
+        partition asks nothing). Attribute routing with members recorded by the driver hashes over
+        those of them that are listed (:func:`~pyspark_s2s.spark.routing.ring_nodes`)."""
         peers = [p for p, _ in self.client.peer_statuses(Direction.SEND)]
         if not peers:
             raise NoPeerAvailableError(f"{self._where()}: no peers known", port=self.opts.client.port)
@@ -154,7 +157,17 @@ class _PartitionWriter:
         if self.opts.routing == "singleNode":
             self.routes = [single_node_of([r for r in self.routes if r is not None])]
         if self.opts.routing == "attribute":
-            self.ring = HashRing([r for r in self.routes if r is not None])
+            live = [r for r in self.routes if r is not None]
+            nodes = live
+            if self.members:
+                nodes, skipped = ring_nodes(self.members, live)
+                if skipped and not set(nodes) & set(self.members):
+                    logger.warning("%s: none of the ring's recorded members (%s) is in the peer list; hashing over "
+                                   "the listed peers %s", self._where(), ", ".join(self.members), ", ".join(nodes))
+                elif skipped:
+                    logger.info("%s: ring members %s are not in the peer list; their keys go to the next "
+                                "members on the ring until they return", self._where(), ", ".join(skipped))
+            self.ring = HashRing(nodes)
         self.route_index = {r: i for i, r in enumerate(self.routes) if r is not None}
         self._routes_known = True
 
@@ -343,13 +356,13 @@ class _PartitionWriter:
 
 
 def write_record_partition(opts: SparkOptions, spec: RecordWriteSpec, batches: Iterator[pa.RecordBatch],
-                           ids: TaskIds) -> SinkCommitMessage:
+                           ids: TaskIds, members: tuple[str, ...] | None = None) -> SinkCommitMessage:
     """The body of ``write()`` in record mode: rows packed into record-set FlowFiles
     (:class:`~pyspark_s2s.records.write.RecordSetPacker`), each sent as one FlowFile (with the same
     routing, transactions and de-duplication attributes as one-row FlowFiles; ``spark.sequence``
     counts FlowFiles)."""
     packer = RecordSetPacker(spec)
-    writer = _PartitionWriter(opts, SinkLayout(0, 1), ids)
+    writer = _PartitionWriter(opts, SinkLayout(0, 1), ids, members)
 
     def located(made: Iterator[RecordFlowFile]) -> Iterator[RecordFlowFile]:
         """The FlowFiles one at a time (each is sent before the next is written); a record-set
@@ -379,7 +392,8 @@ def write_record_partition(opts: SparkOptions, spec: RecordWriteSpec, batches: I
 
 
 def write_partition(opts: SparkOptions, layout: SinkLayout, batches: Iterator[pa.RecordBatch],
-                    ids: TaskIds) -> SinkCommitMessage:
-    """The body of ``write()`` on an executor."""
-    return _PartitionWriter(opts, layout, ids).run(batches)
+                    ids: TaskIds, members: tuple[str, ...] | None = None) -> SinkCommitMessage:
+    """The body of ``write()`` on an executor; ``members``: the attribute routing's ring members
+    the driver recorded in the checkpoint (None: the ring is the task's peer list)."""
+    return _PartitionWriter(opts, layout, ids, members).run(batches)
 
