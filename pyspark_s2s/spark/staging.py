@@ -8,13 +8,15 @@ Owns: the layout under ``stagingLocation`` and its atomic writes::
     <stagingLocation>/driver/latest-offset.json                  the last planned offset (pyspark 4.0/4.1)
 
 ``scope`` is ``batch-<N>`` for micro-batch N of a streaming query and ``read-<uuid>`` for one
-batch read. A partition reads in rounds (one NiFi transaction each). Every file is written under a temporary name and renamed into place (on a local
-filesystem after ``fsync`` of the file, and of the directory after the rename), so a reader sees
-a whole file or none. A round's manifest (:class:`RoundManifest`) says what it received and
-whether its NiFi transaction is ``pending`` (staged, confirm not known to have succeeded) or
-``confirmed`` (:class:`RoundState`). Its JSON keys are written and read in one place,
-:meth:`RoundManifest.to_json` and :meth:`RoundManifest.from_json`; the format is version 1, as it
-has been since partitions read in rounds, so staged data outlives an upgrade.
+batch read. A partition reads in rounds (one NiFi transaction each). Every file is written under
+a temporary name and renamed into place (on a local filesystem after ``fsync`` of the file, and
+of the directory after the rename), so a reader sees a whole file or none.
+
+A round's manifest (:class:`RoundManifest`) says what it received and whether its NiFi
+transaction is ``pending`` (staged, confirm not known to have succeeded) or ``confirmed``
+(:class:`RoundState`). Its JSON keys are written and read in one place only,
+:meth:`RoundManifest.to_json` and :meth:`RoundManifest.from_json`: the format (version 1) is the
+one the source has written since partitions read in rounds, so staged data outlives an upgrade.
 
 Works on any filesystem ``pyarrow.fs`` understands (local paths, ``file://``, ``hdfs://``,
 ``s3://``, ``gs://``). Must not import: pyspark, the server.
@@ -105,14 +107,21 @@ class _Fields:
             raise self.bad(f"key {key!r} is {value!r}, not an integer")
         return value
 
-    def text(self, key: str, nullable: bool = False) -> Any:
+    def text(self, key: str) -> str:
         value = self._get(key, True)
-        if not isinstance(value, str) and not (nullable and value is None):
-            raise self.bad(f"key {key!r} is {value!r}, not a string{' or null' if nullable else ''}")
+        if not isinstance(value, str):
+            raise self.bad(f"key {key!r} is {value!r}, not a string")
         return value
 
-    def number(self, key: str) -> float | None:
-        """An optional number (absent or null: None)."""
+    def optional_text(self, key: str) -> str | None:
+        """A string or null (the key itself is required)."""
+        value = self._get(key, True)
+        if value is not None and not isinstance(value, str):
+            raise self.bad(f"key {key!r} is {value!r}, not a string or null")
+        return value
+
+    def optional_number(self, key: str) -> float | None:
+        """A number, or None when absent or null."""
         value = self._get(key, False)
         if value is None:
             return None
@@ -120,11 +129,15 @@ class _Fields:
             raise self.bad(f"key {key!r} is {value!r}, not a number")
         return float(value)
 
-    def choice(self, key: str, kind: type[_E], required: bool = True) -> Any:
-        """One of ``kind``'s values (absent and not required: None)."""
-        value = self._get(key, required)
-        if value is None and not required:
-            return None
+    def choice(self, key: str, kind: type[_E]) -> _E:
+        return self._member(key, self._get(key, True), kind)
+
+    def optional_choice(self, key: str, kind: type[_E]) -> _E | None:
+        """One of ``kind``'s values, or None when absent or null."""
+        value = self._get(key, False)
+        return None if value is None else self._member(key, value, kind)
+
+    def _member(self, key: str, value: Any, kind: type[_E]) -> _E:
         try:
             return kind(value)
         except ValueError:
@@ -166,9 +179,10 @@ class RoundManifest:
 
     def __post_init__(self) -> None:
         if self.state is RoundState.PENDING and (self.data is None or self.staged_at is None):
-            raise ValueError("a pending round has staged data and the time it was staged")
+            raise ValueError("a pending round must name its staged data ('data') and when it was staged "
+                             "('stagedAt')")
         if self.flow_files and self.data is None:
-            raise ValueError(f"a round of {self.flow_files} FlowFiles names its staged data")
+            raise ValueError(f"a round of {self.flow_files} FlowFiles must name its staged data ('data')")
 
     @property
     def full(self) -> bool:
@@ -220,9 +234,9 @@ class RoundManifest:
                 peer_url=f.text("peerUrl"), port_id=f.text("portId"), transaction_url=f.text("transactionUrl"),
                 transaction_id=f.text("transactionId"), ttl=f.integer("ttl"),
                 limit_flow_files=f.integer("limitFlowFiles", 0), limit_bytes=f.integer("limitBytes", 0),
-                flow_files=f.integer("rows"), bytes=f.integer("bytes"), data=f.text("data", nullable=True),
+                flow_files=f.integer("rows"), bytes=f.integer("bytes"), data=f.optional_text("data"),
                 checksum=f.integer("checksum"), received_at_us=f.integer("receivedAtMicros"),
-                staged_at=f.number("stagedAt"), resolution=f.choice("resolution", Resolution, required=False),
+                staged_at=f.optional_number("stagedAt"), resolution=f.optional_choice("resolution", Resolution),
                 version=f.integer("version"),
             )
         except ValueError as exc:  # an invariant of __post_init__

@@ -246,8 +246,8 @@ def test_a_manifest_written_before_the_upgrade_replays_without_nifi(tmp_path: Pa
      "key 'state' is 'done', not one of 'pending', 'confirmed'"),
     (_STAGED_ROUND.replace('"ttl": 30', '"ttl": "30"'), "key 'ttl' is '30', not an integer"),
     (_STAGED_ROUND.replace('"data": "part-00000-r0000-006665c3da44.arrow"', '"data": null'),
-     "a round of 3 FlowFiles names its staged data"),
-    (_PENDING_ROUND.replace('"stagedAt": 1795557817.3878918, ', ""), "a pending round has staged data"),
+     "a round of 3 FlowFiles must name its staged data ('data')"),
+    (_PENDING_ROUND.replace('"stagedAt": 1795557817.3878918, ', ""), "a pending round must name its staged data"),
     ("{\"rows\": 3", "not JSON"),
 ])
 def test_a_broken_manifest_fails_the_partition_naming_the_file_and_key(tmp_path: Path, text: str,
