@@ -72,7 +72,13 @@ from pyspark_s2s.spark.schema import (
     make_rows,
     spark_schema_from_arrow,
 )
-from pyspark_s2s.spark.staging import StagingArea, batch_scope
+from pyspark_s2s.spark.staging import (
+    Resolution,
+    RoundManifest,
+    RoundState,
+    StagingArea,
+    batch_scope,
+)
 
 __all__ = ["NiFiBatchReader", "NiFiPartition", "NiFiStreamReader", "infer_record_schema", "read_partition"]
 
@@ -87,7 +93,6 @@ ROUND_FLOWFILES = 65536
 #: a partition starts no new round after this long (NiFi's own default batch duration), unless
 #: the client's batchDuration is longer
 ROUND_WINDOW = 5.0
-_MANIFEST_VERSION = 1
 #: what turns staged FlowFiles into output batches (one row per FlowFile, or record mode)
 Rows = FlowFileRows | RecordRows
 
@@ -141,23 +146,16 @@ def _round_limits(opts: SparkOptions, part: NiFiPartition, got_rows: int, got_by
     return rows, min(sizes) if sizes else 0
 
 
-def _full(m: dict[str, Any]) -> bool:
-    """Did the round stop at a limit it asked for (so its node may hold more)?"""
-    lr, lb = int(m.get("limitFlowFiles", 0)), int(m.get("limitBytes", 0))
-    return bool(m["rows"]) and ((lr > 0 and m["rows"] >= lr) or (lb > 0 and m["bytes"] >= lb))
-
-
-def _replay(staging: StagingArea, manifest: dict[str, Any], rows: Rows) -> Iterator[Any]:
-    if not manifest["rows"]:
+def _replay(staging: StagingArea, m: RoundManifest, rows: Rows) -> Iterator[Any]:
+    if not m.flow_files or m.data is None:
         return
-    for batch in staging.read_data(manifest["scope"], manifest["data"]):
-        yield from rows.output(batch, peer=manifest["peer"], transaction_id=manifest["transactionId"],
-                               received_at_us=manifest["receivedAtMicros"])
-    rows.end_round(f"nifi-s2s partition {manifest['partition']} of {manifest['scope']} round "
-                   f"{manifest.get('round', 0)} (peer {manifest['peer']}, transaction {manifest['transactionId']})")
+    for batch in staging.read_data(m.scope, m.data):
+        yield from rows.output(batch, peer=m.peer, transaction_id=m.transaction_id, received_at_us=m.received_at_us)
+    rows.end_round(f"nifi-s2s partition {m.partition} of {m.scope} round {m.round} "
+                   f"(peer {m.peer}, transaction {m.transaction_id})")
 
 
-def _resolve_pending(opts: SparkOptions, staging: StagingArea, m: dict[str, Any]) -> dict[str, Any] | None:
+def _resolve_pending(opts: SparkOptions, staging: StagingArea, m: RoundManifest) -> RoundManifest | None:
     """Finish the two-phase commit of a staged round whose confirm outcome is unknown.
 
     Returns the confirmed manifest, or None when the server rolled the transaction back (the
@@ -165,17 +163,17 @@ def _resolve_pending(opts: SparkOptions, staging: StagingArea, m: dict[str, Any]
     """
     from pyspark_s2s.client import TransactionHandle
 
-    handle = TransactionHandle(m["transactionUrl"], m["peerUrl"], m["portId"], m["ttl"], m["rows"],
-                               m["bytes"], m["checksum"])
+    handle = TransactionHandle(m.transaction_url, m.peer_url, m.port_id, m.ttl, m.flow_files, m.bytes, m.checksum)
     client = SiteToSiteClient(opts.client)
     try:
         client.confirm_receive(handle)
-        m["resolution"] = "confirmed on retry"
+        resolution = Resolution.CONFIRMED_ON_RETRY
     except TransactionNotFoundError:
-        elapsed = time.time() - m["stagedAt"]
-        if elapsed < m["ttl"] / 2 - 1:
+        assert m.staged_at is not None  # a pending manifest has it (RoundManifest checks)
+        elapsed = time.time() - m.staged_at
+        if elapsed < m.ttl / 2 - 1:
             # the server cannot have expired it yet: the earlier confirm went through
-            m["resolution"] = "confirm had succeeded"
+            resolution = Resolution.CONFIRM_HAD_SUCCEEDED
         else:
             # committed earlier, or expired and rolled back: NiFi cannot tell us which. Keep the
             # rows (a possible duplicate) rather than drop them (a possible loss).
@@ -183,16 +181,16 @@ def _resolve_pending(opts: SparkOptions, staging: StagingArea, m: dict[str, Any]
                 "partition %s/%d: transaction %s is unknown to %s %.0f s after staging (TTL %d s); "
                 "its confirm outcome cannot be known, so the staged FlowFiles are kept (they may "
                 "arrive again if NiFi had rolled the transaction back)",
-                m["scope"], m["partition"], handle.transaction_id, handle.peer, elapsed, m["ttl"])
-            m["resolution"] = "ambiguous: kept"
+                m.scope, m.partition, handle.transaction_id, handle.peer, elapsed, m.ttl)
+            resolution = Resolution.AMBIGUOUS_KEPT
     except ChecksumMismatch:
-        staging.delete_round(m["scope"], m["partition"], m.get("round", 0), m["data"])
+        staging.delete_round(m)
         return None
     finally:
         client.close()
-    m["state"] = "confirmed"
-    staging.write_manifest(m["scope"], m["partition"], m, m.get("round", 0))
-    return m
+    confirmed = m.confirmed(resolution)
+    staging.write_manifest(confirmed)
+    return confirmed
 
 
 def read_partition(opts: SparkOptions, schema: Any, part: NiFiPartition,
@@ -238,20 +236,20 @@ def _read_staged(opts: SparkOptions, rows: Rows, part: NiFiPartition, staging: S
     got_rows = got_bytes = 0
     peer = part.peer
     staged = staging.rounds(part.scope, part.index)
-    last: dict[str, Any] | None = None
+    last: RoundManifest | None = None
     for k, m in enumerate(staged):
-        if m["state"] == "pending":
+        if m.state is RoundState.PENDING:
             resolved = _resolve_pending(opts, staging, m)
             if resolved is None:  # rolled back: pull this round again (no later round exists)
                 break
             m = resolved
-        logger.info("partition %s/%d round %d: replaying %d staged FlowFiles", part.scope, part.index, k, m["rows"])
-        got_rows, got_bytes, peer, last = got_rows + m["rows"], got_bytes + m["bytes"], m["peer"], m
+        logger.info("partition %s/%d round %d: replaying %d staged FlowFiles", part.scope, part.index, k, m.flow_files)
+        got_rows, got_bytes, peer, last = got_rows + m.flow_files, got_bytes + m.bytes, m.peer, m
         yield from _replay(staging, m, rows)
     else:
-        if staging.done(part.scope, part.index) is not None or (last is not None and not _full(last)):
+        if staging.done(part.scope, part.index) is not None or (last is not None and not last.full):
             return
-    k = 0 if last is None else int(last.get("round", 0)) + 1
+    k = 0 if last is None else last.round + 1
     window = max(ROUND_WINDOW, float(opts.client.batch_duration or 0))
     started = time.monotonic()
     clients: dict[tuple[int, int], SiteToSiteClient] = {}
@@ -265,9 +263,9 @@ def _read_staged(opts: SparkOptions, rows: Rows, part: NiFiPartition, staging: S
             if client is None:
                 client = clients[limits] = _partition_client(opts, *limits)
             m = _pull_and_stage(client, opts, part, staging, k, peer)
-            got_rows, got_bytes, peer = got_rows + m["rows"], got_bytes + m["bytes"], m["peer"]
+            got_rows, got_bytes, peer = got_rows + m.flow_files, got_bytes + m.bytes, m.peer
             k += 1
-            final = not _full(m) or time.monotonic() - started >= window
+            final = not m.full or time.monotonic() - started >= window
             if final:
                 # the rounds are final before the last one is handed to Spark: a replay of this
                 # partition (a retried task, a restarted query) yields exactly these rows
@@ -281,7 +279,7 @@ def _read_staged(opts: SparkOptions, rows: Rows, part: NiFiPartition, staging: S
 
 
 def _pull_and_stage(client: SiteToSiteClient, opts: SparkOptions, part: NiFiPartition, staging: StagingArea,
-                    round_: int, peer: str) -> dict[str, Any]:
+                    round_: int, peer: str) -> RoundManifest:
     """Receive one round (one NiFi transaction) into the staging area and confirm it; returns its
     manifest."""
     from pyspark_s2s.client.arrow import ARROW_SCHEMA
@@ -290,14 +288,6 @@ def _pull_and_stage(client: SiteToSiteClient, opts: SparkOptions, part: NiFiPart
     started = time.monotonic()
     try:
         tx = _open(client, part, peer)
-        manifest: dict[str, Any] = {
-            "version": _MANIFEST_VERSION, "scope": part.scope, "partition": part.index, "round": round_,
-            "plannedPeer": part.peer, "peer": f"{tx.peer.hostname}:{tx.peer.port}", "peerUrl": tx.peer_url,
-            "portId": tx.port_id, "transactionUrl": tx.transaction_url, "transactionId": tx.transaction_id,
-            "ttl": tx.ttl_seconds, "limitFlowFiles": int(client.config.batch_count or 0),
-            "limitBytes": int(client.config.batch_size or 0),
-            "rows": 0, "bytes": 0, "data": None, "checksum": 0,
-        }
         with tx:
             while True:
                 batch = tx.receive_record_batch(_BATCH_ROWS, _BATCH_BYTES)
@@ -306,31 +296,38 @@ def _pull_and_stage(client: SiteToSiteClient, opts: SparkOptions, part: NiFiPart
                 if staged is None:
                     staged = staging.open_data(part.scope, part.index, ARROW_SCHEMA, round_)
                 staged.write(batch)
-            manifest["receivedAtMicros"] = int(time.time() * 1e6)
-            manifest["rows"], manifest["bytes"] = tx.flow_files, tx.bytes
+            received_at = int(time.time() * 1e6)
+
+            def manifest(state: RoundState, data: str | None = None, checksum: int = 0,
+                         staged_at: float | None = None) -> RoundManifest:
+                return RoundManifest(
+                    scope=part.scope, partition=part.index, round=round_, state=state, planned_peer=part.peer,
+                    peer=f"{tx.peer.hostname}:{tx.peer.port}", peer_url=tx.peer_url, port_id=tx.port_id,
+                    transaction_url=tx.transaction_url, transaction_id=tx.transaction_id, ttl=tx.ttl_seconds,
+                    limit_flow_files=int(client.config.batch_count or 0),
+                    limit_bytes=int(client.config.batch_size or 0), flow_files=tx.flow_files, bytes=tx.bytes,
+                    data=data, checksum=checksum, received_at_us=received_at, staged_at=staged_at)
+
             if staged is None:  # the port had nothing for us: no transaction to confirm
                 tx.confirm()
                 tx.complete()
-                manifest["state"] = "confirmed"
-                staging.write_manifest(part.scope, part.index, manifest, round_)
-                return manifest
+                empty = manifest(RoundState.CONFIRMED)
+                staging.write_manifest(empty)
+                return empty
             staged.commit()
-            manifest["data"] = staged.name
-            manifest["checksum"] = tx.checksum
             other = staging.manifest(part.scope, part.index, round_)
             if other is not None:
                 # another attempt of this partition (a zombie task) staged this round first: give
                 # our FlowFiles back to NiFi and use theirs
                 tx.cancel("another attempt of this partition already staged this round")
                 staging.fs.delete_file(staging.path(part.scope, staged.name))
-                resolved = _resolve_pending(opts, staging, other) if other["state"] == "pending" else other
+                resolved = _resolve_pending(opts, staging, other) if other.state is RoundState.PENDING else other
                 if resolved is None:
                     raise S2SError("a concurrent attempt's staged data was rolled back; retry the partition",
                                    retriable=True)
                 return resolved
-            manifest["state"] = "pending"
-            manifest["stagedAt"] = time.time()
-            staging.write_manifest(part.scope, part.index, manifest, round_)
+            pending = manifest(RoundState.PENDING, staged.name, tx.checksum, time.time())
+            staging.write_manifest(pending)
             try:
                 tx.confirm()
             except S2SError as exc:
@@ -338,17 +335,17 @@ def _pull_and_stage(client: SiteToSiteClient, opts: SparkOptions, part: NiFiPart
                     # the server answered (bad checksum, transaction expired), or the confirm never
                     # reached it (connection refused): either way NiFi did not commit; it rolls
                     # back, and the FlowFiles are read again
-                    staging.delete_round(part.scope, part.index, round_, staged.name)
+                    staging.delete_round(pending)
                     raise
                 raise exc.with_prefix("the confirm's outcome is unknown; the staged FlowFiles are kept "
                                       "and the retried task settles the transaction") from None
-            manifest["state"] = "confirmed"
-            staging.write_manifest(part.scope, part.index, manifest, round_)
+            confirmed = pending.confirmed()
+            staging.write_manifest(confirmed)
             tx.complete()
             logger.info("partition %s/%d round %d: %d FlowFiles, %d bytes from %s (port %s) in %.2f s",
-                        part.scope, part.index, round_, manifest["rows"], manifest["bytes"], manifest["peer"],
+                        part.scope, part.index, round_, confirmed.flow_files, confirmed.bytes, confirmed.peer,
                         opts.client.port, time.monotonic() - started)
-            return manifest
+            return confirmed
     except BaseException:
         if staged is not None:
             staged.discard()
@@ -415,19 +412,17 @@ class _BatchSummary:
     fallbacks: list[tuple[str, str]]  #: (planned peer, peer used instead)
 
 
-def _summarize(manifests: list[dict[str, Any]]) -> _BatchSummary:
-    rows = sum(int(m.get("rows", 0)) for m in manifests)
-    last: dict[int, dict[str, Any]] = {}
+def _summarize(manifests: list[RoundManifest]) -> _BatchSummary:
+    rows = sum(m.flow_files for m in manifests)
+    last: dict[int, RoundManifest] = {}
     fallbacks = []
     for m in manifests:
-        p = int(m.get("partition", 0))
-        if p not in last or int(m.get("round", 0)) > int(last[p].get("round", 0)):
-            last[p] = m
-        if m.get("plannedPeer") and m.get("peer") and m["plannedPeer"] != m["peer"]:
-            fallbacks.append((m["plannedPeer"], m["peer"]))
+        if m.partition not in last or m.round > last[m.partition].round:
+            last[m.partition] = m
+        if m.planned_peer and m.peer and m.planned_peer != m.peer:
+            fallbacks.append((m.planned_peer, m.peer))
     # a partition's node ran dry when its last round came back short of a limit it asked for
-    all_short = all(not _full(m) and (m["rows"] == 0 or m.get("limitFlowFiles") or m.get("limitBytes"))
-                    for m in last.values())
+    all_short = all(not m.full and (m.flow_files == 0 or m.limited) for m in last.values())
     return _BatchSummary(rows, all_short, sorted(set(fallbacks)))
 
 

@@ -14,12 +14,12 @@ import pytest
 from serverproc import ServerProcess
 
 from pyspark_s2s.client import SiteToSiteClient, TransactionHandle
-from pyspark_s2s.errors import ConfigError, TransactionNotFoundError
+from pyspark_s2s.errors import ConfigError, S2SError, TransactionNotFoundError
 from pyspark_s2s.spark.options import SPARK_OPTIONS, SparkOptions, options_markdown
 from pyspark_s2s.spark.planning import allocate, make_offset, make_plan, partitions_of
 from pyspark_s2s.spark.schema import SOURCE_SCHEMA, arrow_source_schema
 from pyspark_s2s.spark.source import NiFiPartition, NiFiStreamReader, read_partition
-from pyspark_s2s.spark.staging import StagingArea, batch_scope
+from pyspark_s2s.spark.staging import Resolution, RoundManifest, RoundState, StagingArea, batch_scope
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -135,6 +135,19 @@ def test_plan_splits_per_trigger_caps_and_offsets_keep_key_order() -> None:
 # -- staging -----------------------------------------------------------------------------------
 
 
+def _manifest(scope: str, partition: int, rows: int, **fields: Any) -> RoundManifest:
+    """A confirmed round of ``rows`` FlowFiles (``fields`` override any field)."""
+    values: dict[str, Any] = {
+        "scope": scope, "partition": partition, "round": 0, "state": RoundState.CONFIRMED,
+        "planned_peer": "127.0.0.1:1", "peer": "127.0.0.1:1", "peer_url": "http://127.0.0.1:1/nifi-api",
+        "port_id": "p", "transaction_url": "http://127.0.0.1:1/nifi-api/t/x", "transaction_id": "x", "ttl": 30,
+        "limit_flow_files": 0, "limit_bytes": 0, "flow_files": rows, "bytes": 10 * rows,
+        "data": "d.arrow" if rows else None, "checksum": 0, "received_at_us": 0,
+        "staged_at": 1.5 if rows else None,
+    }
+    return RoundManifest(**{**values, **fields})
+
+
 def test_staging_writes_whole_files_and_cleans_committed_batches(tmp_path: Path) -> None:
     area = StagingArea(str(tmp_path / "stage"))
     area = pickle.loads(pickle.dumps(area))  # executors get pickled copies
@@ -144,14 +157,112 @@ def test_staging_writes_whole_files_and_cleans_committed_batches(tmp_path: Path)
     assert not (tmp_path / "stage" / batch_scope(3) / data.name).exists()  # not visible before commit
     data.commit()
     assert [b.num_rows for b in area.read_data(batch_scope(3), data.name)] == [3]
-    area.write_manifest(batch_scope(3), 0, {"rows": 3, "state": "confirmed"})
-    area.write_manifest(batch_scope(4), 1, {"rows": 0, "state": "confirmed"})
-    assert area.manifest(batch_scope(3), 0) == {"rows": 3, "state": "confirmed"}
+    three, empty = _manifest(batch_scope(3), 0, 3, data=data.name), _manifest(batch_scope(4), 1, 0)
+    area.write_manifest(three)
+    area.write_manifest(empty)
+    assert area.manifest(batch_scope(3), 0) == three
     assert area.manifests(batch_scope(9)) is None
     assert not [p for p in (tmp_path / "stage").rglob("*") if p.name.endswith(".tmp")]
     assert area.delete_batches_through(3) == 1
     assert area.manifest(batch_scope(3), 0) is None
-    assert area.manifests(batch_scope(4)) == [{"rows": 0, "state": "confirmed"}]
+    assert area.manifests(batch_scope(4)) == [empty]
+
+
+# Manifests exactly as the source wrote them before they became RoundManifest (taken from files
+# staged by that version against the reference server): a query upgraded with staged data, or
+# restarted on a staging area written before, must read them and replay their rows.
+_PEER = "127.0.0.1:38541"
+_TX = "85ce66db-e564-4f77-ab19-4a6fa8e229d9"
+_STAGED_ROUND = (
+    '{"bytes": 27, "checksum": 477158426, "data": "part-00000-r0000-006665c3da44.arrow", "limitBytes": 0, '
+    '"limitFlowFiles": 65536, "partition": 0, "peer": "127.0.0.1:38541", '
+    '"peerUrl": "http://127.0.0.1:38541/nifi-api", "plannedPeer": "127.0.0.1:38541", '
+    '"portId": "edfdd7de-0b9a-5e20-8624-6b5fce0866fb", "receivedAtMicros": 1795557817387069, "round": 0, '
+    '"rows": 3, "scope": "batch-000000000000", "stagedAt": 1795557817.3878918, "state": "confirmed", '
+    '"transactionId": "85ce66db-e564-4f77-ab19-4a6fa8e229d9", "transactionUrl": '
+    '"http://127.0.0.1:38541/nifi-api/data-transfer/output-ports/edfdd7de-0b9a-5e20-8624-6b5fce0866fb/'
+    'transactions/85ce66db-e564-4f77-ab19-4a6fa8e229d9", "ttl": 30, "version": 1}'
+)
+_EMPTY_ROUND = (
+    '{"bytes": 0, "checksum": 0, "data": null, "limitBytes": 0, "limitFlowFiles": 65536, "partition": 1, '
+    '"peer": "127.0.0.1:38541", "peerUrl": "http://127.0.0.1:38541/nifi-api", "plannedPeer": "127.0.0.1:38541", '
+    '"portId": "edfdd7de-0b9a-5e20-8624-6b5fce0866fb", "receivedAtMicros": 1795557817417563, "round": 0, '
+    '"rows": 0, "scope": "batch-000000000000", "state": "confirmed", '
+    '"transactionId": "91604bb0-ae9e-4452-a699-565f1cdf0110", "transactionUrl": '
+    '"http://127.0.0.1:38541/nifi-api/data-transfer/output-ports/edfdd7de-0b9a-5e20-8624-6b5fce0866fb/'
+    'transactions/91604bb0-ae9e-4452-a699-565f1cdf0110", "ttl": 30, "version": 1}'
+)
+#: what a retry wrote after settling a pending round (the same keys, plus "resolution")
+_SETTLED_ROUND = _STAGED_ROUND.replace('"round"', '"resolution": "confirm had succeeded", "round"')
+_PENDING_ROUND = _STAGED_ROUND.replace('"state": "confirmed"', '"state": "pending"')
+
+
+@pytest.mark.parametrize("text", [_STAGED_ROUND, _EMPTY_ROUND, _SETTLED_ROUND, _PENDING_ROUND])
+def test_manifests_read_and_write_the_format_staged_data_already_has(text: str) -> None:
+    m = RoundManifest.from_json(text)
+    assert m.to_json() == text  # byte for byte: what a newer version rewrites, an older one reads
+    assert RoundManifest.from_json(m.to_json()) == m
+
+
+def test_a_manifest_written_before_the_upgrade_replays_without_nifi(tmp_path: Path) -> None:
+    from pyspark_s2s.client.arrow import ARROW_SCHEMA
+
+    scope = tmp_path / "batch-000000000000"
+    scope.mkdir()
+    contents = [b"content 0", b"content 1", b"content 2"]
+    attributes = [[("uuid", f"id-{i}"), ("n", str(i))] for i in range(3)]
+    with pa.OSFile(str(scope / "part-00000-r0000-006665c3da44.arrow"), "wb") as out, \
+            pa.ipc.new_file(out, ARROW_SCHEMA) as writer:
+        writer.write_batch(pa.RecordBatch.from_arrays(
+            [pa.array(contents, pa.binary()), pa.array(attributes, ARROW_SCHEMA.field(1).type)], schema=ARROW_SCHEMA))
+    (scope / "part-00000-r0000.json").write_text(_STAGED_ROUND)
+    (scope / "part-00000.done").write_text('{"rounds": 1}')
+    (scope / "part-00001-r0000.json").write_text(_EMPTY_ROUND)
+    (scope / "part-00001.done").write_text('{"rounds": 1}')
+    staging = StagingArea(str(tmp_path))
+    # nothing listens on port 9: the rows can only come from the staged round
+    opts = SparkOptions.parse({"url": "http://127.0.0.1:9/nifi", "portName": "out", "timeout": "2 sec"})
+    rows = [r for b in read_partition(opts, arrow_source_schema(), NiFiPartition(scope.name, 0, "127.0.0.1:9"), staging)
+            for r in b.to_pylist()]
+    assert [(r["content"], r["uuid"], r["peer"], r["transactionId"]) for r in rows] == [
+        (c, f"id-{i}", _PEER, _TX) for i, c in enumerate(contents)]
+    assert {int(r["receivedAt"].timestamp() * 1_000_000) for r in rows} == {1795557817387069}
+    assert list(read_partition(opts, arrow_source_schema(), NiFiPartition(scope.name, 1, "127.0.0.1:9"),
+                               staging)) == []
+    # the driver's view of the batch: 3 FlowFiles, every partition short of its 65,536 limit
+    from pyspark_s2s.spark.source import _summarize
+
+    manifests = staging.manifests(scope.name)
+    assert manifests is not None
+    summary = _summarize(manifests)
+    assert (summary.rows, summary.all_short, summary.fallbacks) == (3, True, [])
+    m = staging.manifest(scope.name, 0)
+    assert m is not None and (m.state, m.flow_files, m.bytes, m.round) == (RoundState.CONFIRMED, 3, 27, 0)
+
+
+@pytest.mark.parametrize(("text", "complaint"), [
+    (_STAGED_ROUND.replace('"rows": 3, ', ""), "key 'rows' is missing"),
+    (_STAGED_ROUND.replace('"state": "confirmed"', '"state": "done"'),
+     "key 'state' is 'done', not one of 'pending', 'confirmed'"),
+    (_STAGED_ROUND.replace('"ttl": 30', '"ttl": "30"'), "key 'ttl' is '30', not an integer"),
+    (_STAGED_ROUND.replace('"data": "part-00000-r0000-006665c3da44.arrow"', '"data": null'),
+     "a round of 3 FlowFiles must name its staged data ('data')"),
+    (_PENDING_ROUND.replace('"stagedAt": 1795557817.3878918, ', ""), "a pending round must name its staged data"),
+    ("{\"rows\": 3", "not JSON"),
+])
+def test_a_broken_manifest_fails_the_partition_naming_the_file_and_key(tmp_path: Path, text: str,
+                                                                       complaint: str) -> None:
+    scope = tmp_path / batch_scope(0)
+    scope.mkdir()
+    (scope / "part-00000-r0000.json").write_text(text)
+    opts = SparkOptions.parse({"url": "http://127.0.0.1:9/nifi", "portName": "out"})
+    with pytest.raises(S2SError) as e:
+        list(read_partition(opts, arrow_source_schema(), NiFiPartition(scope.name, 0, "127.0.0.1:9"),
+                            StagingArea(str(tmp_path))))
+    assert complaint in str(e.value)
+    assert f"staged manifest {scope / 'part-00000-r0000.json'} is unreadable" in str(e.value)
+    assert "nifi-s2s partition 0 of batch-000000000000" in str(e.value)
+    assert (scope / "part-00000-r0000.json").read_text() == text  # left as found, for a look
 
 
 # -- the executor's read path against a real server ---------------------------------------------
@@ -195,7 +306,7 @@ def test_read_stages_confirms_then_replays(srv: ServerProcess, tmp_path: Path) -
     assert {r["content"] for r in rows} == {f"content {i}".encode() for i in range(50)}
     assert srv.admin.queued("out") == 0
     manifest = staging.manifest(batch_scope(0), 0)
-    assert manifest is not None and manifest["state"] == "confirmed" and manifest["rows"] == 50
+    assert manifest is not None and manifest.state is RoundState.CONFIRMED and manifest.flow_files == 50
     # a retried task (or a restarted query) replays the same rows; NiFi is not asked again
     _fill(srv, 5, prefix="later")
     assert _read(srv, staging, part) == rows
@@ -205,7 +316,8 @@ def test_read_stages_confirms_then_replays(srv: ServerProcess, tmp_path: Path) -
 def test_an_empty_port_stages_an_empty_partition(srv: ServerProcess, tmp_path: Path) -> None:
     staging = StagingArea(str(tmp_path))
     assert _read(srv, staging, NiFiPartition(batch_scope(1), 2, _peer(srv))) == []
-    assert staging.manifest(batch_scope(1), 2)["rows"] == 0
+    empty = staging.manifest(batch_scope(1), 2)
+    assert empty is not None and empty.flow_files == 0 and empty.data is None and empty.staged_at is None
 
 
 def _stage_pending(srv: ServerProcess, staging: StagingArea, scope: str) -> TransactionHandle:
@@ -221,12 +333,12 @@ def _stage_pending(srv: ServerProcess, staging: StagingArea, scope: str) -> Tran
     handle = tx.handle()
     import time
 
-    staging.write_manifest(scope, 0, {
-        "version": 1, "scope": scope, "partition": 0, "plannedPeer": _peer(srv), "peer": _peer(srv),
-        "peerUrl": tx.peer_url, "portId": tx.port_id, "transactionUrl": tx.transaction_url,
-        "transactionId": tx.transaction_id, "ttl": tx.ttl_seconds, "limitFlowFiles": 0, "limitBytes": 0,
-        "rows": tx.flow_files, "bytes": tx.bytes, "data": data.name, "checksum": tx.checksum,
-        "receivedAtMicros": 0, "state": "pending", "stagedAt": time.time()})
+    staging.write_manifest(RoundManifest(
+        scope=scope, partition=0, round=0, state=RoundState.PENDING, planned_peer=_peer(srv), peer=_peer(srv),
+        peer_url=tx.peer_url, port_id=tx.port_id, transaction_url=tx.transaction_url,
+        transaction_id=tx.transaction_id, ttl=tx.ttl_seconds, limit_flow_files=0, limit_bytes=0,
+        flow_files=tx.flow_files, bytes=tx.bytes, data=data.name, checksum=tx.checksum, received_at_us=0,
+        staged_at=time.time()))
     tx._keepalive.stop()  # the process 'died': no more keep-alive, and no confirm
     return handle
 
@@ -240,10 +352,10 @@ def test_a_pending_partition_is_confirmed_by_the_retry(srv: ServerProcess, tmp_p
     rows = _read(srv, staging, NiFiPartition(scope, 0, _peer(srv)))
     assert sorted(r["uuid"] for r in rows) == sorted(f"id-{i}" for i in range(20))
     m = staging.manifest(scope, 0)
-    assert m["state"] == "confirmed" and m["resolution"] == "confirmed on retry"
+    assert m is not None and m.state is RoundState.CONFIRMED and m.resolution is Resolution.CONFIRMED_ON_RETRY
     with pytest.raises(TransactionNotFoundError):  # the server committed it: nothing rolls back later
         SiteToSiteClient(url=srv.url, portName="out").extend(
-            TransactionHandle(m["transactionUrl"], m["peerUrl"], m["portId"], 30, 20, 0, m["checksum"]))
+            TransactionHandle(m.transaction_url, m.peer_url, m.port_id, 30, 20, 0, m.checksum))
 
 
 def test_a_confirm_whose_answer_was_lost_is_not_replayed_twice(srv: ServerProcess, tmp_path: Path) -> None:
@@ -255,7 +367,8 @@ def test_a_confirm_whose_answer_was_lost_is_not_replayed_twice(srv: ServerProces
     _fill(srv, 3, prefix="new")
     rows = _read(srv, staging, NiFiPartition(scope, 0, _peer(srv)))
     assert sorted(r["uuid"] for r in rows) == sorted(f"id-{i}" for i in range(10))
-    assert staging.manifest(scope, 0)["resolution"] == "confirm had succeeded"
+    settled = staging.manifest(scope, 0)
+    assert settled is not None and settled.resolution is Resolution.CONFIRM_HAD_SUCCEEDED
     assert srv.admin.queued("out") == 3
 
 
@@ -268,7 +381,8 @@ def test_confirm_lost_on_the_wire_fails_the_task_and_the_retry_settles_it(srv: S
     with pytest.raises(Exception, match="outcome is unknown") as e:
         _read(srv, staging, part)
     assert "port out" in str(e.value) and "transaction=" in str(e.value)
-    assert staging.manifest(part.scope, 0)["state"] == "pending"
+    pending = staging.manifest(part.scope, 0)
+    assert pending is not None and pending.state is RoundState.PENDING
     rows = _read(srv, staging, part)  # the retried task
     assert sorted(r["uuid"] for r in rows) == sorted(f"id-{i}" for i in range(30))
     assert srv.admin.queued("out") == 0
@@ -287,9 +401,9 @@ def test_a_confirm_that_never_reached_the_server_drops_the_round(tmp_path: Path,
         part = NiFiPartition(batch_scope(10), 0, server.url.split("//", 1)[1].split("/", 1)[0])
         write_manifest = StagingArea.write_manifest
 
-        def kill_when_pending(self: StagingArea, scope: str, index: int, m: dict[str, Any], *a: Any) -> None:
-            write_manifest(self, scope, index, m, *a)
-            if m["state"] == "pending":
+        def kill_when_pending(self: StagingArea, m: RoundManifest) -> None:
+            write_manifest(self, m)
+            if m.state is RoundState.PENDING:
                 server.kill()  # a real crash, timed between staging and the confirm
 
         monkeypatch.setattr(StagingArea, "write_manifest", kill_when_pending)
@@ -324,7 +438,8 @@ def test_unreachable_planned_peer_falls_back(srv: ServerProcess, tmp_path: Path)
     _fill(srv, 4)
     rows = _read(srv, StagingArea(str(tmp_path)), NiFiPartition(batch_scope(9), 0, "127.0.0.1:9"))
     assert len(rows) == 4
-    assert StagingArea(str(tmp_path)).manifest(batch_scope(9), 0)["plannedPeer"] == "127.0.0.1:9"
+    m = StagingArea(str(tmp_path)).manifest(batch_scope(9), 0)
+    assert m is not None and m.planned_peer == "127.0.0.1:9" and m.peer == _peer(srv)
 
 
 def test_batch_read_without_staging_cancels_when_the_task_stops_early(srv: ServerProcess) -> None:
@@ -414,7 +529,7 @@ def test_a_partition_reads_in_rounds_and_a_replay_yields_the_same(srv: ServerPro
     staging, part = _rounds_setup(srv, tmp_path, monkeypatch, round_size=40, queued=100, batch=12)
     rows = _read(srv, staging, part)
     assert sorted(r["uuid"] for r in rows) == sorted(f"id-{i}" for i in range(100))
-    assert [m["rows"] for m in staging.rounds(part.scope, 0)] == [40, 40, 20]  # three transactions
+    assert [m.flow_files for m in staging.rounds(part.scope, 0)] == [40, 40, 20]  # three transactions
     assert len({r["transactionId"] for r in rows}) == 3
     assert staging.done(part.scope, 0) == {"rounds": 3}
     _fill(srv, 5, prefix="later")
@@ -434,7 +549,7 @@ def test_a_task_that_dies_between_rounds_loses_and_duplicates_nothing(srv: Serve
     assert srv.admin.queued("out") == 40
     rows = _read(srv, staging, part)  # the retry replays round 0, then reads on
     assert sorted(r["uuid"] for r in rows) == sorted(f"id-{i}" for i in range(70))
-    assert [m["rows"] for m in staging.rounds(part.scope, 0)] == [30, 30, 10]
+    assert [m.flow_files for m in staging.rounds(part.scope, 0)] == [30, 30, 10]
     assert srv.admin.queued("out") == 0
 
 
@@ -443,5 +558,5 @@ def test_per_trigger_share_bounds_the_rounds(srv: ServerProcess, tmp_path: Path,
     staging, part = _rounds_setup(srv, tmp_path, monkeypatch, round_size=25, queued=100, batch=14,
                                   max_flow_files=60)
     rows = _read(srv, staging, part)
-    assert len(rows) == 60 and [m["rows"] for m in staging.rounds(part.scope, 0)] == [25, 25, 10]
+    assert len(rows) == 60 and [m.flow_files for m in staging.rounds(part.scope, 0)] == [25, 25, 10]
     assert srv.admin.queued("out") == 40
