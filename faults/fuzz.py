@@ -28,6 +28,7 @@ import io
 import json
 import os
 import random
+import signal
 import sys
 import threading
 import time
@@ -1089,12 +1090,21 @@ class _Watchdog:
         self._thread = threading.Thread(target=self._run, name="fuzz-watchdog", daemon=True)
 
     def __enter__(self) -> Self:
+        # interrupt_main() raises KeyboardInterrupt only where SIGINT has a Python handler; a process
+        # started in the background by a non-interactive shell inherits SIGINT ignored, and a hang
+        # would then never be interrupted: install Python's default handler for the run
+        self._previous_sigint: Any = None
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL, None):
+            self._previous_sigint = signal.signal(signal.SIGINT, signal.default_int_handler)
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        if self._previous_sigint is not None:
+            signal.signal(signal.SIGINT, self._previous_sigint)
 
     def begin(self, target: str, index: int, data: bytes) -> None:
         self._current = (target, index, data, time.monotonic())
