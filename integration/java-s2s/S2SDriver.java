@@ -30,13 +30,17 @@ import org.apache.nifi.remote.protocol.SiteToSiteTransportProtocol;
  *
  * Usage: java S2SDriver MODE --url URL --port NAME [options]
  *   MODE      send | receive
+ *   --port-id ID               the port's identifier instead of --port (no name lookup by the client)
  *   --transport RAW|HTTP      (default RAW)
  *   --compress                 useCompression(true)
  *   --count N --size BYTES     send: N FlowFiles of BYTES each (content derived from the index)
  *   --batch K                  send: FlowFiles per transaction (default 100)
  *   --expect N                 receive: stop after N FlowFiles (default: until the port is empty)
  *   --polls N                  receive: keep polling N transactions even when they bring nothing
- *   --cancel                   receive: read one transaction's FlowFiles, then cancel it (nothing confirmed)
+ *   --cancel                   receive: read one transaction's FlowFiles, then cancel it (nothing confirmed);
+ *                              send: send the first transaction's FlowFiles, then cancel it
+ *   --request-batch-count N    requestBatchCount(N) (receive batch hint)
+ *   --repeat R --pause-s S     send/receive R times with the same client, S seconds apart (pooled connections)
  *   --manifest FILE            write one line per FlowFile: sha256 size index
  *   --truststore F --keystore F --storepass P   TLS material (PKCS12)
  *   --timeout-s S              client timeout (default 30)
@@ -46,6 +50,13 @@ import org.apache.nifi.remote.protocol.SiteToSiteTransportProtocol;
  * (the exception's class and message are printed).
  */
 public final class S2SDriver {
+
+    /**
+     * With --expect: empty transactions tolerated before giving up. NiFi's client picks the peer of
+     * each RECEIVE at random, weighted by the FlowFile counts of its cached peer list, so in a cluster
+     * it keeps asking a drained node for a while.
+     */
+    private static final int MAX_EMPTY = 50;
 
     private S2SDriver() {
     }
@@ -59,12 +70,19 @@ public final class S2SDriver {
         final Map<String, String> opts = parseOptions(argv);
         try (SiteToSiteClient client = buildClient(opts)) {
             final Summary summary;
-            if ("send".equals(mode)) {
-                summary = send(client, opts);
-            } else if ("receive".equals(mode)) {
-                summary = receive(client, opts);
-            } else {
-                throw new IllegalArgumentException("unknown mode " + mode);
+            final int repeat = Integer.parseInt(opts.getOrDefault("--repeat", "1"));
+            summary = new Summary();
+            for (int round = 0; round < repeat; round++) {
+                if (round > 0) {
+                    Thread.sleep(1000L * Integer.parseInt(opts.getOrDefault("--pause-s", "0")));
+                }
+                if ("send".equals(mode)) {
+                    send(client, opts, summary);
+                } else if ("receive".equals(mode)) {
+                    receive(client, opts, summary);
+                } else {
+                    throw new IllegalArgumentException("unknown mode " + mode);
+                }
             }
             summary.print(mode, opts.get("--manifest"));
         } catch (final Exception e) {
@@ -97,10 +115,17 @@ public final class S2SDriver {
     private static SiteToSiteClient buildClient(final Map<String, String> opts) {
         final SiteToSiteClient.Builder builder = new SiteToSiteClient.Builder()
                 .url(require(opts, "--url"))
-                .portName(require(opts, "--port"))
                 .transportProtocol(SiteToSiteTransportProtocol.valueOf(opts.getOrDefault("--transport", "RAW")))
                 .useCompression(opts.containsKey("--compress"))
                 .timeout(Long.parseLong(opts.getOrDefault("--timeout-s", "30")), TimeUnit.SECONDS);
+        if (opts.containsKey("--request-batch-count")) {
+            builder.requestBatchCount(Integer.parseInt(opts.get("--request-batch-count")));
+        }
+        if (opts.containsKey("--port-id")) {
+            builder.portIdentifier(opts.get("--port-id"));
+        } else {
+            builder.portName(require(opts, "--port"));
+        }
         if (opts.containsKey("--truststore")) {
             final String pass = require(opts, "--storepass");
             builder.truststoreFilename(opts.get("--truststore")).truststorePass(pass)
@@ -141,17 +166,18 @@ public final class S2SDriver {
         return hex.toString();
     }
 
-    private static Summary send(final SiteToSiteClient client, final Map<String, String> opts) throws Exception {
+    private static void send(final SiteToSiteClient client, final Map<String, String> opts, final Summary summary)
+            throws Exception {
         final int count = Integer.parseInt(opts.getOrDefault("--count", "10"));
         final int size = Integer.parseInt(opts.getOrDefault("--size", "1024"));
         final int batch = Integer.parseInt(opts.getOrDefault("--batch", "100"));
-        final Summary summary = new Summary();
         int index = 0;
         while (index < count) {
             final Transaction tx = client.createTransaction(TransferDirection.SEND);
             if (tx == null) {
                 throw new IOException("createTransaction(SEND) returned null: no peer accepts data");
             }
+            final int first = index;
             final int end = Math.min(count, index + batch);
             for (; index < end; index++) {
                 final byte[] data = content(index, size);
@@ -163,18 +189,23 @@ public final class S2SDriver {
                 tx.send(data, attrs);
                 summary.add(data, Integer.toString(index));
             }
+            if (opts.containsKey("--cancel")) {
+                tx.cancel("S2SDriver --cancel");
+                summary.peers.merge(tx.getCommunicant().getUrl() + " (cancelled)", end - first, Integer::sum);
+                return;
+            }
             tx.confirm();
             final TransactionCompletion done = tx.complete();
             summary.peers.merge(tx.getCommunicant().getUrl(), done.getDataPacketsTransferred(), Integer::sum);
         }
-        return summary;
     }
 
-    private static Summary receive(final SiteToSiteClient client, final Map<String, String> opts) throws Exception {
+    private static void receive(final SiteToSiteClient client, final Map<String, String> opts, final Summary summary)
+            throws Exception {
         final int expect = Integer.parseInt(opts.getOrDefault("--expect", "-1"));
         final boolean cancel = opts.containsKey("--cancel");
         final int polls = Integer.parseInt(opts.getOrDefault("--polls", "0"));
-        final Summary summary = new Summary();
+        final int start = summary.count;
         int emptyTransactions = 0;
         for (int poll = 1; poll <= polls; poll++) {
             final Transaction tx = client.createTransaction(TransferDirection.RECEIVE);
@@ -188,10 +219,10 @@ public final class S2SDriver {
                 System.out.println("polled " + poll + " at " + System.currentTimeMillis() + " ms");
             }
         }
-        while (polls == 0 && (expect < 0 || summary.count < expect)) {
+        while (polls == 0 && (expect < 0 || summary.count - start < expect)) {
             final Transaction tx = client.createTransaction(TransferDirection.RECEIVE);
             if (tx == null) {
-                if (++emptyTransactions >= 3 || expect < 0) {
+                if (++emptyTransactions >= MAX_EMPTY || expect < 0) {
                     break;
                 }
                 Thread.sleep(200);
@@ -206,11 +237,14 @@ public final class S2SDriver {
             tx.confirm();
             final TransactionCompletion done = tx.complete();
             summary.peers.merge(tx.getCommunicant().getUrl(), done.getDataPacketsTransferred(), Integer::sum);
-            if (inTx == 0 && (expect < 0 || ++emptyTransactions >= 3)) {
+            summary.maxPerTransaction = Math.max(summary.maxPerTransaction, inTx);
+            if (inTx == 0 && (expect < 0 || ++emptyTransactions >= MAX_EMPTY)) {
                 break;
             }
+            if (inTx == 0) {
+                Thread.sleep(100);
+            }
         }
-        return summary;
     }
 
     private static int receiveAll(final Transaction tx, final Summary summary) throws Exception {
@@ -244,6 +278,7 @@ public final class S2SDriver {
     static final class Summary {
         int count;
         long bytes;
+        int maxPerTransaction;
         final List<String> lines = new ArrayList<>();
         final Map<String, Integer> peers = new TreeMap<>();
 
@@ -261,7 +296,7 @@ public final class S2SDriver {
             Collections.sort(digests);
             final String combined = sha256(String.join("\n", digests).getBytes(StandardCharsets.US_ASCII));
             System.out.println(mode + " count=" + count + " bytes=" + bytes + " digest=" + combined
-                    + " peers=" + peers);
+                    + " maxPerTx=" + maxPerTransaction + " peers=" + peers);
             if (manifest != null) {
                 Collections.sort(lines);
                 try (PrintWriter out = new PrintWriter(Files.newBufferedWriter(Paths.get(manifest)))) {

@@ -121,7 +121,10 @@ report python-to-java-raw-compressed $ok "41 files, Java received $(field count 
 # errors: unknown port, stopped port, a cancelled receive leaves its FlowFiles queued
 out=$(drv send --url "$URL" --port no-such-port --count 1 2>&1 | grep -m1 ERROR)
 ok=0; grep -q "no-such-port" <<<"$out" && ok=1
-report raw-unknown-port $ok "$out"
+report raw-unknown-port-name $ok "$out"
+out=$(drv send --url "$URL" --port-id 00000000-0000-0000-0000-00000000dead --count 1 2>&1 | grep -A3 -m1 ERROR | tr '\n' ' ')
+ok=0; grep -q "UnknownPortException" <<<"$out" && ok=1
+report raw-unknown-port-id $ok "$out"
 curl -s -X POST -d '{}' "$ADMIN/ports/in/stop" >/dev/null
 out=$(drv send --url "$URL" --port in --count 1 2>&1 | grep -A3 -m1 ERROR | tr '\n' ' ')
 curl -s -X POST -d '{}' "$ADMIN/ports/in/start" >/dev/null
@@ -132,6 +135,24 @@ cancelled=$(drv receive --url "$URL" --port out --cancel 2>&1 | tail -1)
 after=$(drv receive --url "$URL" --port out --expect 30 2>&1 | tail -1)
 ok=0; [ "$(field count "$after")" = 30 ] && ok=1
 report raw-cancelled-receive $ok "cancelled after reading $(field count "$cancelled"), then received $(field count "$after") of 30"
+
+drv send --url "$URL" --port in --count 10 --cancel >/dev/null 2>&1
+queued=$(curl -s "$ADMIN/status" | python3 -c 'import json,sys; print(json.load(sys.stdin)["nodes"][0]["queued"])')
+last=$(curl -s "$ADMIN/transactions" | python3 -c 'import json,sys; t=json.load(sys.stdin)["transactions"][-1]; print(t["direction"], t["outcome"], t["responseCode"])')
+ok=0; [ "$queued" = 0 ] && [ "$last" = "send canceled 15" ] && ok=1
+report raw-cancelled-send $ok "10 sent then tx.cancel(): $queued queued; the server's record: $last (15 = CANCEL_TRANSACTION)"
+
+# batch hint: requestBatchCount(7) caps each receive transaction
+drv send --url "$URL" --port in --count 50 >/dev/null 2>&1
+got=$(drv receive --url "$URL" --port out --expect 50 --request-batch-count 7 2>&1 | tail -1)
+ok=0; [ "$(field count "$got")" = 50 ] && [ "$(field maxPerTx "$got")" = 7 ] && ok=1
+report raw-batch-count-hint $ok "requestBatchCount(7): received $(field count "$got"), at most $(field maxPerTx "$got") per transaction"
+
+# one client, transactions 20 s apart: the pooled connection is used again (server keeps it 60 s)
+sent=$(drv send --url "$URL" --port in --count 5 --repeat 2 --pause-s 20 2>&1 | tail -1)
+got=$(drv receive --url "$URL" --port out --expect 10 --repeat 1 2>&1 | tail -1)
+ok=0; [ "$(field count "$got")" = 10 ] && [ "$(field digest "$got")" = "$(field digest "$sent")" ] && ok=1
+report raw-pooled-connection-reuse $ok "2 transactions 20 s apart on one client: sent $(field count "$sent"), received $(field count "$got")"
 
 # a 2-node cluster: the Java client lists both peers and spreads its transactions over them
 serve two --nodes 2 --input-port in --output-port out --route in=out
@@ -144,10 +165,36 @@ report raw-two-nodes $ok "sent $(field count "$sent") via ${sent##*peers=}; rece
 
 if [ "${TLS:-0}" = 1 ]; then
     serve tls --tls "$WORK/tls" --input-port in --output-port out --route in=out
-    TLSARGS=(--truststore "$WORK/tls/truststore.p12" --keystore "$WORK/tls/client.p12" --storepass "$(cat "$WORK/tls/password" 2>/dev/null)")
+    pass=$(cat "$WORK/tls/client.p12.password")
+    # the Java client wants a truststore file: the generated CA as PKCS12, same password as client.p12
+    rm -f "$WORK/tls/truststore.p12"
+    "$(dirname "$(command -v "$JAVA")")/keytool" -importcert -noprompt -alias s2s-ca -file "$WORK/tls/ca.pem" \
+        -storetype PKCS12 -keystore "$WORK/tls/truststore.p12" -storepass "$pass" >/dev/null
+    TLSARGS=(--truststore "$WORK/tls/truststore.p12" --keystore "$WORK/tls/client.p12" --storepass "$pass")
     roundtrip raw-tls RAW 100 10000 "${TLSARGS[@]}"
     roundtrip raw-tls-compressed RAW 100 10000 --compress "${TLSARGS[@]}"
     roundtrip https-control HTTP 100 10000 "${TLSARGS[@]}"
+    # a certificate allowed on `out` only: site info works, the RAW handshake for `in` is refused
+    serve tls-allow --tls "$WORK/tls" --allow "out=CN=s2s-denied, OU=pyspark-s2s" --input-port in --output-port out
+    dpass=$(cat "$WORK/tls/denied.p12.password")
+    rm -f "$WORK/tls/truststore-denied.p12"
+    "$(dirname "$(command -v "$JAVA")")/keytool" -importcert -noprompt -alias s2s-ca -file "$WORK/tls/ca.pem" \
+        -storetype PKCS12 -keystore "$WORK/tls/truststore-denied.p12" -storepass "$dpass" >/dev/null
+    in_id=$(curl -s --cacert "$WORK/tls/ca.pem" --cert "$WORK/tls/client.pem" --key "$WORK/tls/client.key" \
+        "$ADMIN/status" | python3 -c 'import json,sys; print([p["id"] for p in json.load(sys.stdin)["nodes"][0]["ports"] if p["name"]=="in"][0])')
+    out=$(drv send --url "$URL" --port-id "$in_id" --count 1 --truststore "$WORK/tls/truststore-denied.p12" \
+        --keystore "$WORK/tls/denied.p12" --storepass "$dpass" 2>&1 | grep -m1 ERROR)
+    ok=0; grep -q "User Not Authorized" <<<"$out" && ok=1
+    report raw-tls-unauthorized $ok "$out"
+    # NiFi's client does no host-name check on RAW TLS sockets: a server certificate for DNS:localhost
+    # only; the site info goes to https://localhost (matches), the peer list then names 127.0.0.1
+    mkdir -p "$WORK/tls-host" && cp "$WORK"/tls/* "$WORK/tls-host/"
+    "$REPO/.venv/bin/python" "$HERE/localhost_only_cert.py" "$WORK/tls-host"
+    serve tls-host --tls "$WORK/tls-host" --input-port in --output-port out --route in=out
+    local_url="https://localhost:${URL##*:}"
+    sent=$(drv send --url "$local_url" --port in --count 10 "${TLSARGS[@]}" 2>&1 | tail -1)
+    ok=0; grep -q "peers={nifi://127.0.0.1:" <<<"$sent" && [ "$(field count "$sent")" = 10 ] && ok=1
+    report raw-tls-no-hostname-check $ok "certificate for DNS:localhost only, RAW transactions to 127.0.0.1: $sent"
 fi
 
 [ $FAILED = 0 ] && echo "all scenarios passed" || echo "some scenarios FAILED"
