@@ -36,6 +36,7 @@ import org.apache.nifi.remote.protocol.SiteToSiteTransportProtocol;
  *   --count N --size BYTES     send: N FlowFiles of BYTES each (content derived from the index)
  *   --batch K                  send: FlowFiles per transaction (default 100)
  *   --expect N                 receive: stop after N FlowFiles (default: until the port is empty)
+ *   --require-attr K=V         receive: every FlowFile must carry attribute K with value V
  *   --polls N                  receive: keep polling N transactions even when they bring nothing
  *   --cancel                   receive: read one transaction's FlowFiles, then cancel it (nothing confirmed);
  *                              send: send the first transaction's FlowFiles, then cancel it
@@ -57,6 +58,9 @@ public final class S2SDriver {
      * it keeps asking a drained node for a while.
      */
     private static final int MAX_EMPTY = 50;
+
+    /** An attribute value beyond ASCII (and beyond Latin-1) sent with every FlowFile and checked on receipt. */
+    private static final String NOTE = "ünïcödé attribute ✓";
 
     private S2SDriver() {
     }
@@ -185,7 +189,7 @@ public final class S2SDriver {
                 attrs.put("filename", "java-" + index + ".bin");
                 attrs.put("java.index", Integer.toString(index));
                 attrs.put("java.sha256", sha256(data));
-                attrs.put("java.note", "ünïcödé attribute ✓");
+                attrs.put("java.note", NOTE);
                 tx.send(data, attrs);
                 summary.add(data, Integer.toString(index));
             }
@@ -210,7 +214,7 @@ public final class S2SDriver {
         for (int poll = 1; poll <= polls; poll++) {
             final Transaction tx = client.createTransaction(TransferDirection.RECEIVE);
             if (tx != null) {
-                receiveAll(tx, summary);
+                receiveAll(tx, summary, opts);
                 tx.confirm();
                 summary.peers.merge(tx.getCommunicant().getUrl(), tx.complete().getDataPacketsTransferred(),
                         Integer::sum);
@@ -228,7 +232,7 @@ public final class S2SDriver {
                 Thread.sleep(200);
                 continue;
             }
-            final int inTx = receiveAll(tx, summary);
+            final int inTx = receiveAll(tx, summary, opts);
             if (cancel) {
                 tx.cancel("S2SDriver --cancel");
                 summary.peers.merge(tx.getCommunicant().getUrl() + " (cancelled)", inTx, Integer::sum);
@@ -247,11 +251,23 @@ public final class S2SDriver {
         }
     }
 
-    private static int receiveAll(final Transaction tx, final Summary summary) throws Exception {
+    private static int receiveAll(final Transaction tx, final Summary summary, final Map<String, String> opts)
+            throws Exception {
+        final String required = opts.get("--require-attr");
         int inTx = 0;
         DataPacket packet;
         while ((packet = tx.receive()) != null) {
             final byte[] data = readAll(packet.getData(), packet.getSize());
+            final Map<String, String> attrs = packet.getAttributes();
+            if (attrs.containsKey("java.index") && !NOTE.equals(attrs.get("java.note"))) {
+                throw new IOException("attribute java.note arrived as " + attrs.get("java.note"));
+            }
+            if (required != null) {
+                final String[] kv = required.split("=", 2);
+                if (!kv[1].equals(attrs.get(kv[0]))) {
+                    throw new IOException("attribute " + kv[0] + " is " + attrs.get(kv[0]) + ", expected " + kv[1]);
+                }
+            }
             final String claimed = packet.getAttributes().get("java.sha256");
             final String actual = sha256(data);
             if (claimed != null && !claimed.equals(actual)) {

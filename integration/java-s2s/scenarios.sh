@@ -22,11 +22,12 @@ trap 'for p in "${SERVERS[@]}"; do kill "$p" 2>/dev/null; done' EXIT
 
 drv() { "$JAVA" -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -cp "$CP" S2SDriver "$@"; }
 
-# serve NAME ARGS...: start `s2s serve` with free ports; sets URL and ADMIN
+# serve NAME ARGS...: start `s2s serve` with free ports (RAW too, unless NAME is no-raw); sets URL and ADMIN
 serve() {
-    local name=$1
+    local name=$1 raw=(--raw-port 0)
     shift
-    "$S2S" serve --port 0 --raw-port 0 "$@" >"$WORK/$name.log" 2>&1 &
+    [ "$name" = no-raw ] && raw=()
+    "$S2S" serve --port 0 "${raw[@]}" "$@" >"$WORK/$name.log" 2>&1 &
     SERVERS+=($!)
     for _ in $(seq 100); do
         URL=$(grep -o 'http[s]*://[^ ]*/nifi' "$WORK/$name.log" | head -1)
@@ -99,7 +100,7 @@ mkdir -p "$WORK/p2j"
 for i in $(seq 1 40); do head -c $((i * 997)) /dev/urandom >"$WORK/p2j/f$i"; done
 : >"$WORK/p2j/empty"
 "$S2S" send --url "$URL" --port-name in --transport RAW --attr origin=python "$WORK"/p2j/* >/dev/null 2>&1
-got=$(drv receive --url "$URL" --port out --expect 41 --manifest "$WORK/p2j.got" 2>&1 | tail -1)
+got=$(drv receive --url "$URL" --port out --expect 41 --require-attr origin=python --manifest "$WORK/p2j.got" 2>&1 | tail -1)
 dir_manifest "$WORK/p2j" >"$WORK/p2j.sent"
 cut -d' ' -f1,2 "$WORK/p2j.got" | sort >"$WORK/p2j.got2"
 ok=0; cmp -s "$WORK/p2j.sent" "$WORK/p2j.got2" && ok=1
@@ -112,8 +113,8 @@ cut -d' ' -f1,2 "$WORK/j2pc.sent" | sort >"$WORK/j2pc.sent2"
 dir_manifest "$WORK/j2pc" >"$WORK/j2pc.got"
 ok=0; cmp -s "$WORK/j2pc.sent2" "$WORK/j2pc.got" && [ "$(wc -l <"$WORK/j2pc.got")" = 20 ] && ok=1
 report java-to-python-raw-compressed $ok "$(wc -l <"$WORK/j2pc.got") of 20 FlowFiles"
-"$S2S" send --url "$URL" --port-name in --transport RAW --compress "$WORK"/p2j/* >/dev/null 2>&1
-got=$(drv receive --url "$URL" --port out --expect 41 --compress --manifest "$WORK/p2jc.got" 2>&1 | tail -1)
+"$S2S" send --url "$URL" --port-name in --transport RAW --compress --attr origin=python "$WORK"/p2j/* >/dev/null 2>&1
+got=$(drv receive --url "$URL" --port out --expect 41 --require-attr origin=python --compress --manifest "$WORK/p2jc.got" 2>&1 | tail -1)
 cut -d' ' -f1,2 "$WORK/p2jc.got" | sort >"$WORK/p2jc.got2"
 ok=0; cmp -s "$WORK/p2j.sent" "$WORK/p2jc.got2" && ok=1
 report python-to-java-raw-compressed $ok "41 files, Java received $(field count "$got")"
@@ -154,6 +155,14 @@ got=$(drv receive --url "$URL" --port out --expect 10 --repeat 1 2>&1 | tail -1)
 ok=0; [ "$(field count "$got")" = 10 ] && [ "$(field digest "$got")" = "$(field digest "$sent")" ] && ok=1
 report raw-pooled-connection-reuse $ok "2 transactions 20 s apart on one client: sent $(field count "$sent"), received $(field count "$got")"
 
+# back-pressure: a queue capacity of 5; the first transaction (8) is answered 0E, the Java client
+# penalizes its pooled connection (3 s), then sends the rest over it (soft back-pressure, as in NiFi)
+serve capacity --capacity 5 --input-port in --output-port out --route in=out
+sent=$(drv send --url "$URL" --port in --count 10 --batch 8 2>&1 | tail -1)
+codes=$(curl -s "$ADMIN/transactions" | python3 -c 'import json,sys; print(" ".join("%d:%d" % (t["flowFiles"], t["responseCode"]) for t in json.load(sys.stdin)["transactions"]))')
+ok=0; [ "$(field count "$sent")" = 10 ] && [ "$codes" = "8:14 2:14" ] && ok=1
+report raw-back-pressure $ok "capacity 5: transactions (FlowFiles:answer) $codes (14 = TRANSACTION_FINISHED_BUT_DESTINATION_FULL)"
+
 # a 2-node cluster: the Java client lists both peers and spreads its transactions over them
 serve two --nodes 2 --input-port in --output-port out --route in=out
 sent=$(drv send --url "$URL" --port in --count 2000 --size 1000 --batch 20 --manifest "$WORK/two.sent" 2>&1 | tail -1)
@@ -163,13 +172,25 @@ cmp -s "$WORK/two.sent" "$WORK/two.got" && [ "$(grep -o 'nifi://' <<<"${sent##*p
     && [ "$(grep -o 'nifi://' <<<"${got##*peers=}" | wc -l)" = 2 ] && ok=1
 report raw-two-nodes $ok "sent $(field count "$sent") via ${sent##*peers=}; received $(field count "$got") via ${got##*peers=}"
 
+# node 1 of 2 stopped (admin API) before the client starts: the peer list leaves it out
+curl -s -X POST -d '{}' "$ADMIN/nodes/1/stop" >/dev/null
+sent=$(drv send --url "$URL" --port in --count 200 --batch 20 2>&1 | tail -1)
+ok=0; [ "$(field count "$sent")" = 200 ] && [ "$(grep -o 'nifi://' <<<"${sent##*peers=}" | wc -l)" = 1 ] && ok=1
+report raw-stopped-node $ok "node 1 stopped: sent $(field count "$sent") via ${sent##*peers=}"
+
+# a server without a RAW port: NiFi's client finds no RAW peer
+serve no-raw --input-port in --output-port out
+out=$(drv send --url "$URL" --port in --count 1 2>&1 | grep -m1 "not configured to allow RAW")
+ok=0; [ -n "$out" ] && ok=1
+report raw-no-raw-port $ok "${out##*due to: }"
+
 if [ "${TLS:-0}" = 1 ]; then
     serve tls --tls "$WORK/tls" --input-port in --output-port out --route in=out
     pass=$(cat "$WORK/tls/client.p12.password")
     # the Java client wants a truststore file: the generated CA as PKCS12, same password as client.p12
     rm -f "$WORK/tls/truststore.p12"
     "$(dirname "$(command -v "$JAVA")")/keytool" -importcert -noprompt -alias s2s-ca -file "$WORK/tls/ca.pem" \
-        -storetype PKCS12 -keystore "$WORK/tls/truststore.p12" -storepass "$pass" >/dev/null
+        -storetype PKCS12 -keystore "$WORK/tls/truststore.p12" -storepass "$pass" >/dev/null 2>&1
     TLSARGS=(--truststore "$WORK/tls/truststore.p12" --keystore "$WORK/tls/client.p12" --storepass "$pass")
     roundtrip raw-tls RAW 100 10000 "${TLSARGS[@]}"
     roundtrip raw-tls-compressed RAW 100 10000 --compress "${TLSARGS[@]}"
@@ -179,7 +200,7 @@ if [ "${TLS:-0}" = 1 ]; then
     dpass=$(cat "$WORK/tls/denied.p12.password")
     rm -f "$WORK/tls/truststore-denied.p12"
     "$(dirname "$(command -v "$JAVA")")/keytool" -importcert -noprompt -alias s2s-ca -file "$WORK/tls/ca.pem" \
-        -storetype PKCS12 -keystore "$WORK/tls/truststore-denied.p12" -storepass "$dpass" >/dev/null
+        -storetype PKCS12 -keystore "$WORK/tls/truststore-denied.p12" -storepass "$dpass" >/dev/null 2>&1
     in_id=$(curl -s --cacert "$WORK/tls/ca.pem" --cert "$WORK/tls/client.pem" --key "$WORK/tls/client.key" \
         "$ADMIN/status" | python3 -c 'import json,sys; print([p["id"] for p in json.load(sys.stdin)["nodes"][0]["ports"] if p["name"]=="in"][0])')
     out=$(drv send --url "$URL" --port-id "$in_id" --count 1 --truststore "$WORK/tls/truststore-denied.p12" \
