@@ -67,6 +67,8 @@ _SMALL_PIECE = 16 * 1024
 #: pieces gathered by one sendmsg call (below Linux's IOV_MAX of 1024)
 _IOV_MAX = 512
 _NO_PORT = "Cannot transfer FlowFiles because no port was specified"
+#: how often a SEND held by back-pressure looks for room (NiFi's request waits in 100 ms steps)
+_ROOM_POLL = 0.1
 
 _T = TypeVar("_T")
 
@@ -335,7 +337,7 @@ class RawConnection:
     def _transfer_port(self, request: raw.RequestType, direction: Direction) -> tuple[Port, Fault | None]:
         """The port of a SEND/RECEIVE request, checked again (stopped since the handshake, of the
         other kind, no longer allowed): any failure closes the connection without a code, as in
-        NiFi. Back-pressure was the handshake's answer; here it is soft, as in NiFi."""
+        NiFi. A destination full since the handshake holds the request (:meth:`_wait_for_room`)."""
         hs = self.handshake
         assert hs is not None
         if hs.port_identifier is None or not self.codec:
@@ -343,9 +345,7 @@ class RawConnection:
         try:
             port = core.check_handshake(self.app, self.who, hs.port_identifier, direction)
         except PortDestinationFullError:
-            found = self.node.port_by_id(hs.port_identifier)
-            assert found is not None
-            port = found
+            port = self._wait_for_room(hs.port_identifier, direction)
         fault = self.app.faults.take(self.node.index, FAULT_METHOD, f"{request.value} {hs.port_identifier}")
         if fault is not None:
             logger.info("node %d RAW: fault %s fires on %s", self.node.index, fault.kind, request.value)
@@ -355,6 +355,27 @@ class RawConnection:
                 time.sleep(fault.seconds)
                 fault = None
         return port, fault
+
+    def _wait_for_room(self, port_id: str, direction: Direction) -> Port:
+        """A SEND whose destination is full waits, unread, until there is room, as in NiFi: its
+        input port is not triggered while back-pressure applies (``ConnectableTask.invoke`` yields),
+        so the request sits in the port's queue until serviced or expired after twice
+        REQUEST_EXPIRATION_MILLIS (``StandardPublicPort.FlowFileRequest.isExpired``; here
+        :attr:`_between_requests`, which caps it), and an expired one ends the connection with
+        nothing queued. NiFi's client reuses a pooled connection after its penalty with no new
+        handshake, so it meets this wait (docs/protocol.md §13.9)."""
+        deadline = time.monotonic() + self._between_requests
+        while True:
+            time.sleep(_ROOM_POLL)
+            if not self.node.alive:
+                raise _Close()
+            try:
+                return core.check_handshake(self.app, self.who, port_id, direction)
+            except PortDestinationFullError:
+                if time.monotonic() >= deadline:
+                    logger.info("node %d RAW %s: destination of port %s still full; request expired",
+                                self.node.index, self.who.address, port_id)
+                    raise _Close() from None
 
     def _props(self) -> HandshakeProperties:
         hs = self.handshake

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -201,6 +202,40 @@ def test_back_pressure_at_handshake_and_commit(srv: ServerThread) -> None:
     with RawPeer(raw_port(srv)) as peer:
         assert peer.open(srv.port_id("in2")).code is ResponseCode.PORTS_DESTINATION_FULL
         peer.shutdown()
+
+
+def test_send_on_a_handshaken_connection_waits_while_the_destination_is_full(srv: ServerThread) -> None:
+    # NiFi's Java client, answered 0E, keeps its pooled connection aside for its penalization
+    # period and then sends on it with no new handshake (integration/java-s2s, raw-back-pressure).
+    # NiFi's input port is not triggered under back-pressure, so that request waits unread and,
+    # the destination staying full, expires: the connection closes and nothing of it is queued
+    srv.admin.set_capacity("in2", 2)
+    with RawPeer(raw_port(srv)) as peer:
+        assert peer.open(srv.port_id("in2")).code is ResponseCode.PROPERTIES_OK
+        assert peer.send_flowfiles(FLOWFILES[:2]).code is ResponseCode.TRANSACTION_FINISHED_BUT_DESTINATION_FULL
+        writer = raw.RawPacketWriter()
+        peer.send(raw.encode_request(raw.RequestType.SEND_FLOWFILES) + writer.packet({"late": "1"}, b"x")
+                  + writer.finish())
+        assert peer.rest() == b""
+    assert srv.admin.queued("in2") == 2
+    assert [t["outcome"] for t in srv.admin.transactions()] == ["committed"]
+
+
+def test_send_held_by_back_pressure_goes_on_once_there_is_room(srv: ServerThread) -> None:
+    srv.admin.set_capacity("in2", 2)
+    with RawPeer(raw_port(srv)) as peer:
+        peer.open(srv.port_id("in2"))
+        assert peer.send_flowfiles(FLOWFILES[:2]).code is ResponseCode.TRANSACTION_FINISHED_BUT_DESTINATION_FULL
+        drained: list[dict[str, Any]] = []
+        drainer = threading.Timer(0.3, lambda: drained.extend(srv.admin.flowfiles("in2", node=0, drain=True)))
+        drainer.start()
+        try:
+            assert peer.send_flowfiles(FLOWFILES[2:]).code is ResponseCode.TRANSACTION_FINISHED
+        finally:
+            drainer.join()
+        peer.shutdown()
+    assert len(drained) == 2
+    assert srv.admin.queued("in2") == 1
 
 
 # -- handshake refusals ---------------------------------------------------------------------------
