@@ -39,7 +39,7 @@ from typing import Any
 
 from pyspark_s2s.server.flowfile import Content, FlowFile, WireFlowFile
 
-__all__ = ["NodeStore"]
+__all__ = ["NodeStore", "write_json_atomic"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +52,18 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Replace ``path`` with ``obj`` as JSON, all or nothing after a crash: written as
+    ``.partial``, fsynced, renamed, the directory fsynced."""
+    tmp = path.with_name(path.name + ".partial")
+    with open(tmp, "wb") as out:
+        out.write(json.dumps(obj).encode())
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
 
 
 class NodeStore:

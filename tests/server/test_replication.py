@@ -1,0 +1,293 @@
+"""``s2s serve --replicas R``: buckets replicated to R nodes, a lost node's buckets taken over by
+exactly one replica, an elected coordinator, under-replication refused or accepted, durability.
+
+Every test runs the server as a real process and speaks Site-to-Site by hand (s2shelp); each
+FlowFile carries an ``id`` attribute, and every test ends by reading every node empty and checking
+that each acknowledged id came out exactly once (and no unacknowledged one came out at all).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from pyspark_s2s.server.adminclient import AdminError
+from s2shelp import RECEIVE, S2S, SEND, decode, encode
+from serverproc import ServerProcess
+
+ARGS = ("--input-port", "in", "--output-port", "out", "--route", "in=out")
+BATCH = {"x-nifi-site-to-site-batch-count": "10"}
+
+
+def _packets(ids: Iterable[int]) -> list[tuple[dict[str, str], bytes]]:
+    return [({"id": str(i)}, f"content of {i}".encode()) for i in ids]
+
+
+def _send(srv: ServerProcess, node: int, ids: Iterable[int]) -> None:
+    client = S2S(srv.api(node))
+    try:
+        assert client.send(srv.port_id("in"), _packets(ids)).response_code == 13
+    finally:
+        client.close()
+
+
+def _ids(packets: Iterable[Any]) -> list[int]:
+    out = []
+    for p in packets:
+        out.append(int(p.attributes["id"]))
+        assert p.content == f"content of {p.attributes['id']}".encode()
+    return out
+
+
+def _drain(srv: ServerProcess, nodes: Iterable[int]) -> list[int]:
+    """Receive (and confirm) from each node until it has nothing left."""
+    got: list[int] = []
+    for node in nodes:
+        client = S2S(srv.api(node))
+        try:
+            while packets := client.receive(srv.port_id("out")):
+                got += _ids(packets)
+        finally:
+            client.close()
+    return got
+
+
+def _exactly_once(got: list[int], expected: Iterable[int]) -> None:
+    twice = sorted(i for i, n in Counter(got).items() if n > 1)
+    assert not twice, f"served more than once: {twice}"
+    want = set(expected)
+    assert set(got) == want, f"lost: {sorted(want - set(got))}, never acknowledged: {sorted(set(got) - want)}"
+
+
+def _replication(srv: ServerProcess) -> dict[str, Any]:
+    rep: dict[str, Any] = srv.admin.request("GET", "/replication")
+    return rep
+
+
+def _node(rep: dict[str, Any], index: int) -> dict[str, Any]:
+    return next(n for n in rep["nodes"] if n["index"] == index)
+
+
+def _stop(srv: ServerProcess, node: int) -> None:
+    """Node lost: the admin stop is carried out after its answer; wait until the coordinator
+    has dealt with the loss."""
+    srv.admin.stop_node(node)
+    for _ in range(400):
+        if _node(_replication(srv), node)["lost"]:
+            return
+        threading.Event().wait(0.05)
+    raise AssertionError(f"node {node} was not reported lost")
+
+
+def _held_receive(srv: ServerProcess, node: int) -> tuple[S2S, str, list[int]]:
+    """A receive transaction on ``node`` whose FlowFiles were downloaded but not confirmed."""
+    client = S2S(srv.api(node))
+    tx = client.open(RECEIVE, srv.port_id("out"), BATCH)
+    r = client.download(tx, BATCH)
+    assert r.status_code == 202, r.text
+    packets, _ = decode(r.content)
+    return client, tx, _ids(packets)
+
+
+def _held_send(srv: ServerProcess, node: int, ids: Iterable[int]) -> tuple[S2S, str]:
+    """A send transaction on ``node`` whose FlowFiles were uploaded but not committed."""
+    client = S2S(srv.api(node))
+    tx = client.open(SEND, srv.port_id("in"))
+    body, crc = encode(_packets(ids))
+    r = client.upload(tx, body)
+    assert r.status_code == 202 and r.text == str(crc), r.text
+    return client, tx
+
+
+def _commit_fails(client: S2S, tx: str, *args: Any) -> None:
+    """The commit of a transaction on a lost node does not go through."""
+    with pytest.raises(requests.ConnectionError):
+        client.commit(tx, *args)
+    client.close()
+
+
+def test_a_node_lost_with_open_transactions_then_back_serves_each_flowfile_once() -> None:
+    with ServerProcess(*ARGS, "--nodes", "3", "--replicas", "1") as srv:
+        for node, start in ((0, 0), (1, 100), (2, 200)):
+            for k in range(4):
+                _send(srv, node, range(start + 25 * k, start + 25 * (k + 1)))
+        acknowledged = set(range(300))
+        rep = _replication(srv)
+        assert rep["coordinator"] == 0 and rep["replicas"] == 1
+        for n in rep["nodes"]:
+            assert n["ownedFlowFiles"] == 100 and n["replicaFlowFiles"] == 100 and n["replicaLag"] == 0
+        for b in rep["buckets"]:
+            assert len(b["replicas"]) == 1 and b["owner"] not in b["replicas"]
+
+        confirmed = _drain_some(srv, 1, 2)  # two transactions on the node to be lost, confirmed
+        unconfirmed_client, unconfirmed_tx, unconfirmed = _held_receive(srv, 1)
+        send_client, send_tx = _held_send(srv, 1, range(900, 910))
+        srv.admin.fault("stall", node=1, method="GET", path_contains="flow-files", seconds=30, after_packets=1)
+        streaming: list[BaseException] = []
+        thread = threading.Thread(target=_stalled_receive, args=(srv, 1, streaming))
+        thread.start()
+        _wait_for_transferring(srv, 1)
+        term = rep["term"]
+
+        _stop(srv, 1)
+        thread.join(30)
+        assert not thread.is_alive() and streaming, "the stalled download should break when its node is lost"
+        rep = _replication(srv)
+        assert rep["coordinator"] == 0 and rep["term"] == term  # a replica was lost, not the coordinator
+        assert _node(rep, 1)["ownedBuckets"] == [] and rep["unavailableBuckets"] == []
+        assert rep["takeovers"] >= 1 and rep["underReplicatedBuckets"] == []
+        assert _node(rep, 0)["ownedFlowFiles"] + _node(rep, 2)["ownedFlowFiles"] == 300 - len(confirmed)
+
+        _commit_fails(unconfirmed_client, unconfirmed_tx, 12, 0)
+        _commit_fails(send_client, send_tx, 12)  # never acknowledged: the client sends again elsewhere
+        _send(srv, 2, range(900, 910))
+        acknowledged |= set(range(900, 910))
+
+        srv.admin.start_node(1)
+        rep = _replication(srv)
+        assert srv.admin.queued("out", node=1) == 0, "the returning node must not serve what it lost"
+        # every bucket found a new replica when it was lost: it holds no copy now, and owns anew
+        assert _node(rep, 1)["replicaFlowFiles"] == 0 and _node(rep, 1)["ownedFlowFiles"] == 0
+        _send(srv, 1, range(1000, 1010))
+        acknowledged |= set(range(1000, 1010))
+        rep = _replication(srv)
+        assert _node(rep, 1)["ownedFlowFiles"] == 10 and _node(rep, 2)["replicaFlowFiles"] >= 10
+        assert all(n["replicaLag"] == 0 for n in rep["nodes"])
+        assert set(unconfirmed) <= set(range(100, 200))
+
+        got = confirmed + _drain(srv, (1, 0, 2))
+        _exactly_once(got, acknowledged)
+        assert _drain(srv, (0, 1, 2)) == []
+        assert srv.stop() == 0
+
+
+def _drain_some(srv: ServerProcess, node: int, transactions: int) -> list[int]:
+    client = S2S(srv.api(node))
+    try:
+        return [i for _ in range(transactions) for i in _ids(client.receive(srv.port_id("out"), BATCH))]
+    finally:
+        client.close()
+
+
+def _stalled_receive(srv: ServerProcess, node: int, errors: list[BaseException]) -> None:
+    client = S2S(srv.api(node), timeout=60)
+    try:
+        tx = client.open(RECEIVE, srv.port_id("out"), BATCH)
+        r = client.download(tx, BATCH)
+        decode(r.content)  # a body cut short does not decode
+        errors.append(AssertionError(f"the download finished: {r.status_code}"))
+    except Exception as exc:
+        errors.append(exc)
+    finally:
+        client.close()
+
+
+def _wait_for_transferring(srv: ServerProcess, node: int) -> None:
+    for _ in range(200):
+        if any(t["state"] == "TRANSFERRING" and t["direction"] == "receive" for t in srv.admin.transactions(node)):
+            return
+        threading.Event().wait(0.05)
+    raise AssertionError("no download started")
+
+
+def test_the_coordinator_lost_a_new_one_is_elected_and_takes_over_once() -> None:
+    with ServerProcess(*ARGS, "--nodes", "3", "--replicas", "1") as srv:
+        for node in range(3):
+            _send(srv, node, range(100 * node, 100 * node + 50))
+        term = _replication(srv)["term"]
+        _stop(srv, 0)
+        rep = _replication(srv)
+        assert rep["coordinator"] == 1 and rep["term"] == term + 1
+        assert _node(rep, 0)["ownedBuckets"] == [] and _node(rep, 1)["coordinator"]
+        _stop(srv, 1)  # the new coordinator lost too: node 2 is all that is left
+        rep = _replication(srv)
+        assert rep["coordinator"] == 2 and rep["term"] == term + 2
+        assert _node(rep, 2)["ownedFlowFiles"] == 150 and rep["unavailableBuckets"] == []
+        # one node left with --replicas 1 (refuse, the default): no send is taken
+        r = S2S(srv.api(2)).create(SEND, srv.port_id("in"))
+        assert r.status_code == 503 and "--replicas 1 needs 2 live nodes and 1 live" in r.text, r.text
+        with pytest.raises(AdminError) as refused:
+            srv.admin.enqueue("out", count=1, node=2)
+        assert refused.value.status == 503
+        _exactly_once(_drain(srv, (2,)), [i for n in range(3) for i in range(100 * n, 100 * n + 50)])
+        srv.admin.start_node(0)
+        srv.admin.start_node(1)
+        assert _drain(srv, (0, 1, 2)) == []
+
+
+def test_under_replicated_accept_counts_and_catches_up() -> None:
+    with ServerProcess(*ARGS, "--nodes", "2", "--replicas", "1", "--under-replicated", "accept") as srv:
+        _stop(srv, 1)
+        _send(srv, 0, range(20))
+        _send(srv, 0, range(20, 30))
+        rep = _replication(srv)
+        assert rep["underReplicatedAcks"] == 2 and rep["underReplicatedFlowFiles"] == 30
+        assert _node(rep, 0)["underReplicatedAcks"] == 2 and rep["underReplicatedBuckets"]
+        srv.admin.start_node(1)  # catches up: a replica of what node 0 acknowledged alone
+        rep = _replication(srv)
+        assert rep["underReplicatedBuckets"] == [] and _node(rep, 1)["replicaFlowFiles"] == 30
+        assert _node(rep, 1)["replicaLag"] == 0
+        confirmed = _drain_some(srv, 0, 1)
+        _stop(srv, 0)
+        assert _replication(srv)["coordinator"] == 1
+        _exactly_once(confirmed + _drain(srv, (1,)), range(30))
+        srv.admin.start_node(0)
+        assert _drain(srv, (0, 1)) == []
+
+
+def test_under_replicated_refuse_is_503_saying_why_and_loses_nothing() -> None:
+    with ServerProcess(*ARGS, "--nodes", "2", "--replicas", "1") as srv:
+        client, tx = _held_send(srv, 0, range(5))
+        _stop(srv, 1)
+        r = client.commit(tx, 12)  # uploaded while both lived, committed after the replica was lost
+        assert r.status_code == 503 and "--under-replicated refuse" in r.text, r.text
+        client.close()
+        assert srv.admin.queued("out", node=0) == 0
+        assert _replication(srv)["underReplicatedAcks"] == 0
+        srv.admin.start_node(1)
+        _send(srv, 0, range(5))
+        _exactly_once(_drain(srv, (0, 1)), range(5))
+
+
+def test_durable_takeover_survives_sigkill_of_the_whole_server(tmp_path: Path) -> None:
+    data = str(tmp_path / "data")
+    args = (*ARGS, "--nodes", "3", "--replicas", "1", "--data-dir", data)
+    srv = ServerProcess(*args).start()
+    try:
+        for node in range(3):
+            _send(srv, node, range(100 * node, 100 * node + 40))
+        confirmed = _drain_some(srv, 0, 1)
+        _held_receive(srv, 0)  # downloaded, never confirmed: served again after the crash
+        _stop(srv, 0)
+        _send(srv, 1, range(500, 510))
+        confirmed += _drain_some(srv, 2, 1)
+        owners = {b["id"]: b["owner"] for b in _replication(srv)["buckets"]}
+    finally:
+        srv.kill()
+    acknowledged = set(range(40)) | set(range(100, 140)) | set(range(200, 240)) | set(range(500, 510))
+
+    with ServerProcess(*args) as again:
+        rep = _replication(again)
+        assert {b["id"]: b["owner"] for b in rep["buckets"]} == owners
+        assert _node(rep, 0)["ownedFlowFiles"] == 0 and again.admin.queued("out", node=0) == 0
+        assert all(n["replicaLag"] == 0 for n in rep["nodes"]) and rep["underReplicatedBuckets"] == []
+        _stop(again, 1)  # and a takeover after the restart
+        confirmed += _drain_some(again, 2, 1)
+        again.kill()
+
+    with ServerProcess(*args) as third:
+        _exactly_once(confirmed + _drain(third, (0, 1, 2)), acknowledged)
+
+
+def test_replicas_refuse_a_load_balanced_route() -> None:
+    srv = ServerProcess("--input-port", "in", "--output-port", "out", "--route", "in=out:round-robin",
+                        "--nodes", "2", "--replicas", "1")
+    with pytest.raises(Exception) as failed:
+        srv.start()
+    assert "--replicas 1: a load-balanced --route strategy cannot be replicated" in str(failed.value)
