@@ -16,10 +16,12 @@ from typing import Any
 
 import pytest
 import requests
-
-from pyspark_s2s.server.adminclient import AdminError
+from rawpeer import RawPeer
 from s2shelp import RECEIVE, S2S, SEND, decode, encode
 from serverproc import ServerProcess
+
+from pyspark_s2s.protocol.codes import ResponseCode
+from pyspark_s2s.server.adminclient import AdminError
 
 ARGS = ("--input-port", "in", "--output-port", "out", "--route", "in=out")
 BATCH = {"x-nifi-site-to-site-batch-count": "10"}
@@ -182,7 +184,7 @@ def _stalled_receive(srv: ServerProcess, node: int, errors: list[BaseException])
         r = client.download(tx, BATCH)
         decode(r.content)  # a body cut short does not decode
         errors.append(AssertionError(f"the download finished: {r.status_code}"))
-    except Exception as exc:
+    except (requests.RequestException, ValueError) as exc:  # cut off: a broken chunked body, or bad packets
         errors.append(exc)
     finally:
         client.close()
@@ -253,6 +255,19 @@ def test_under_replicated_refuse_is_503_saying_why_and_loses_nothing() -> None:
         srv.admin.start_node(1)
         _send(srv, 0, range(5))
         _exactly_once(_drain(srv, (0, 1)), range(5))
+
+
+def test_under_replicated_refuse_over_raw_names_the_reason_at_the_handshake() -> None:
+    with ServerProcess(*ARGS, "--nodes", "2", "--replicas", "1", "--raw-port", "0") as srv:
+        raw_port = int(requests.get(srv.api(0) + "/site-to-site", timeout=10).json()["controller"]
+                       ["remoteSiteListeningPort"])
+        _stop(srv, 1)
+        with RawPeer(raw_port) as peer:
+            answer = peer.open(srv.port_id("in"))
+            assert answer.code is ResponseCode.PORT_NOT_IN_VALID_STATE
+            assert "--replicas 1 needs 2 live nodes and 1 live (--under-replicated refuse)" in answer.message
+        with RawPeer(raw_port) as peer:  # receiving is not refused: what is there is served
+            assert peer.open(srv.port_id("out")).code is ResponseCode.PROPERTIES_OK
 
 
 def test_durable_takeover_survives_sigkill_of_the_whole_server(tmp_path: Path) -> None:
