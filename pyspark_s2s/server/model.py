@@ -592,10 +592,19 @@ class Cluster:
         """Undo a transaction's effect: sent FlowFiles go back to the front of their queue,
         received ones are dropped."""
         if tx.direction is Direction.RECEIVE:
-            tx.port.push_front(tx.flowfiles)
+            self._give_back(tx)
         else:
             for ff in tx.flowfiles:
                 ff.release()
+
+    def _give_back(self, tx: Transaction) -> None:
+        """A receive's FlowFiles back to the head of their queue; when replicating, only those the
+        node still owns (a download on a lost node that breaks after its buckets were handed over,
+        or after it returned, must not bring them back)."""
+        flowfiles = tx.flowfiles
+        if self.replication is not None:
+            flowfiles = self.replication.still_owned(tx.node, flowfiles)
+        tx.port.push_front(flowfiles)
 
     def check_port(self, node: Node, port_id: str, direction: Direction) -> Port:
         """The handshake's port checks (§8): unknown → 404/200, stopped → 503/201,
@@ -704,7 +713,7 @@ class Cluster:
                     for ff in tx.flowfiles:
                         ff.release()
                 else:
-                    tx.port.push_front(tx.flowfiles)
+                    self._give_back(tx)
                 tx.flowfiles = []
                 return
             self._rollback(tx)

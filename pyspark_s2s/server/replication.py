@@ -280,6 +280,21 @@ class Replication:
                 self._delete(bucket)
         return loose
 
+    def still_owned(self, index: int, flowfiles: list[Any]) -> list[Any]:
+        """Those of ``flowfiles`` (taken from node ``index``'s queue) that the node still owns; the
+        others are released: their buckets are another node's now, or they are gone."""
+        keep: list[Any] = []
+        for ff in flowfiles:
+            if self._owns(index, ff.id):
+                keep.append(ff)
+            else:
+                ff.release()
+        return keep
+
+    def _owns(self, index: int, fid: str) -> bool:
+        bucket = self.buckets.get(self.owned.get(index, {}).get(fid, ""))
+        return bucket is not None and bucket.owner == index
+
     def _drop_copies(self, index: int, bid: str, port: str, ids: list[str]) -> None:
         queue = self.copies.get(index, {}).get(bid, {}).get(port)
         if not queue:
@@ -382,8 +397,7 @@ class Replication:
             keep: list[Any] = []
             stale: list[Any] = []
             for ff in port.queue:
-                bucket = self.buckets.get(index.get(ff.id, ""))
-                (keep if bucket is not None and bucket.owner == node.index else stale).append(ff)
+                (keep if self._owns(node.index, ff.id) else stale).append(ff)
             if not stale:
                 continue
             by_bucket: dict[str, list[Any]] = {}

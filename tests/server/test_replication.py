@@ -130,11 +130,12 @@ def test_a_node_lost_with_open_transactions_then_back_serves_each_flowfile_once(
         confirmed = _drain_some(srv, 1, 2)  # two transactions on the node to be lost, confirmed
         unconfirmed_client, unconfirmed_tx, unconfirmed = _held_receive(srv, 1)
         send_client, send_tx = _held_send(srv, 1, range(900, 910))
-        srv.admin.fault("stall", node=1, method="GET", path_contains="flow-files", seconds=30, after_packets=1)
+        # a download that stalls after one packet, past the node's loss and its return
+        srv.admin.fault("stall", node=1, method="GET", path_contains="flow-files", seconds=6, after_packets=1)
         streaming: list[BaseException] = []
         thread = threading.Thread(target=_stalled_receive, args=(srv, 1, streaming))
         thread.start()
-        _wait_for_transferring(srv, 1)
+        stalled = _wait_for_transferring(srv, 1)
         term = rep["term"]
 
         _stop(srv, 1)
@@ -152,6 +153,8 @@ def test_a_node_lost_with_open_transactions_then_back_serves_each_flowfile_once(
         acknowledged |= set(range(900, 910))
 
         srv.admin.start_node(1)
+        # the stalled download breaks now, after the return: what it took is not put back
+        _wait_until_ended(srv, stalled)
         rep = _replication(srv)
         assert srv.admin.queued("out", node=1) == 0, "the returning node must not serve what it lost"
         # every bucket found a new replica when it was lost: it holds no copy now, and owns anew
@@ -190,12 +193,22 @@ def _stalled_receive(srv: ServerProcess, node: int, errors: list[BaseException])
         client.close()
 
 
-def _wait_for_transferring(srv: ServerProcess, node: int) -> None:
+def _wait_for_transferring(srv: ServerProcess, node: int) -> str:
+    """The id of the receive transaction that is sending on ``node``."""
     for _ in range(200):
-        if any(t["state"] == "TRANSFERRING" and t["direction"] == "receive" for t in srv.admin.transactions(node)):
-            return
+        for t in srv.admin.transactions(node):
+            if t["state"] == "TRANSFERRING" and t["direction"] == "receive":
+                return str(t["id"])
         threading.Event().wait(0.05)
     raise AssertionError("no download started")
+
+
+def _wait_until_ended(srv: ServerProcess, tx_id: str) -> None:
+    for _ in range(400):
+        if srv.admin.transaction(tx_id)["state"] not in ("CREATED", "TRANSFERRING", "HELD"):
+            return
+        threading.Event().wait(0.05)
+    raise AssertionError(f"transaction {tx_id} did not end")
 
 
 def test_the_coordinator_lost_a_new_one_is_elected_and_takes_over_once() -> None:
