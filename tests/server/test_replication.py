@@ -8,6 +8,7 @@ that each acknowledged id came out exactly once (and no unacknowledged one came 
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from collections.abc import Iterable
@@ -60,10 +61,17 @@ def _drain(srv: ServerProcess, nodes: Iterable[int]) -> list[int]:
     return got
 
 
-def _exactly_once(got: list[int], expected: Iterable[int]) -> None:
+def _exactly_once(got: list[int], expected: Iterable[int], case: str, srv: ServerProcess) -> None:
+    """Every acknowledged id served once, none other; prints the case's figures (``pytest -s``)."""
+    want = set(expected)
+    rep = _replication(srv)
+    print("FIGURES " + json.dumps({
+        "case": case, "acknowledged": len(want), "served": len(got), "lost": len(want - set(got)),
+        "duplicated": len(got) - len(set(got)), "takeovers": rep["takeovers"], "term": rep["term"],
+        "underReplicatedAcks": rep["underReplicatedAcks"],
+    }))
     twice = sorted(i for i, n in Counter(got).items() if n > 1)
     assert not twice, f"served more than once: {twice}"
-    want = set(expected)
     assert set(got) == want, f"lost: {sorted(want - set(got))}, never acknowledged: {sorted(set(got) - want)}"
 
 
@@ -167,7 +175,7 @@ def test_a_node_lost_with_open_transactions_then_back_serves_each_flowfile_once(
         assert set(unconfirmed) <= set(range(100, 200))
 
         got = confirmed + _drain(srv, (1, 0, 2))
-        _exactly_once(got, acknowledged)
+        _exactly_once(got, acknowledged, "node lost with open transactions, then back", srv)
         assert _drain(srv, (0, 1, 2)) == []
         assert srv.stop() == 0
 
@@ -230,7 +238,8 @@ def test_the_coordinator_lost_a_new_one_is_elected_and_takes_over_once() -> None
         with pytest.raises(AdminError) as refused:
             srv.admin.enqueue("out", count=1, node=2)
         assert refused.value.status == 503
-        _exactly_once(_drain(srv, (2,)), [i for n in range(3) for i in range(100 * n, 100 * n + 50)])
+        _exactly_once(_drain(srv, (2,)), [i for n in range(3) for i in range(100 * n, 100 * n + 50)],
+                      "coordinator lost, then the new one", srv)
         srv.admin.start_node(0)
         srv.admin.start_node(1)
         assert _drain(srv, (0, 1, 2)) == []
@@ -251,7 +260,7 @@ def test_under_replicated_accept_counts_and_catches_up() -> None:
         confirmed = _drain_some(srv, 0, 1)
         _stop(srv, 0)
         assert _replication(srv)["coordinator"] == 1
-        _exactly_once(confirmed + _drain(srv, (1,)), range(30))
+        _exactly_once(confirmed + _drain(srv, (1,)), range(30), "under-replicated accept, caught up, owner lost", srv)
         srv.admin.start_node(0)
         assert _drain(srv, (0, 1)) == []
 
@@ -267,7 +276,7 @@ def test_under_replicated_refuse_is_503_saying_why_and_loses_nothing() -> None:
         assert _replication(srv)["underReplicatedAcks"] == 0
         srv.admin.start_node(1)
         _send(srv, 0, range(5))
-        _exactly_once(_drain(srv, (0, 1)), range(5))
+        _exactly_once(_drain(srv, (0, 1)), range(5), "under-replicated refuse", srv)
 
 
 def test_under_replicated_refuse_over_raw_names_the_reason_at_the_handshake() -> None:
@@ -310,7 +319,7 @@ def test_durable_takeover_survives_sigkill_of_the_whole_server(tmp_path: Path) -
         again.kill()
 
     with ServerProcess(*args) as third:
-        _exactly_once(confirmed + _drain(third, (0, 1, 2)), acknowledged)
+        _exactly_once(confirmed + _drain(third, (0, 1, 2)), acknowledged, "--data-dir, takeovers and 2 SIGKILLs", third)
 
 
 def test_replicas_refuse_a_load_balanced_route() -> None:
