@@ -350,10 +350,12 @@ class Replication:
                         self.coordinator, self.term, bucket.id, node.index, heir, bucket.count())
         self.takeovers += len(handed)
         self.lost.add(node.index)
-        if node.removed:
-            for held in self.copies.pop(node.index, {}).values():
-                for queue in held.values():
-                    _release(queue.values())
+        # in memory the lost node holds only what it still owns (its queued counts say so); its
+        # disk keeps the rest until it returns and reads the map
+        self._fence(node)
+        for held in self.copies.pop(node.index, {}).values():
+            for queue in held.values():
+                _release(queue.values())
         self.restore()
 
     def _promote(self, index: int, bucket: Bucket) -> None:
@@ -375,39 +377,46 @@ class Replication:
             heir.ports[port].push(ffs)
 
     def node_returned(self, node: Any) -> None:
-        """``node`` serves again: it drops what it no longer owns (from its queues and its disk)
-        and every replica copy it kept (it was taken off every replica set when it was lost), a
-        coordinator is elected if there is none, and replicas are restored (it may become one
-        again, catching up from the owners)."""
+        """``node`` serves again: it reads the ownership map and drops from its disk every queue
+        of a bucket it no longer owns and every replica copy (it was taken off every replica set
+        when it was lost), a coordinator is elected if there is none, and replicas are restored
+        (it may become one again, catching up from the owners)."""
         self.lost.discard(node.index)
         self._fence(node)
-        for bid, held in self.copies.pop(node.index, {}).items():
-            for port, queue in held.items():
-                if node.store is not None:
-                    node.store.remove(bucket_key(False, bid, port), list(queue.values()))
+        for held in self.copies.pop(node.index, {}).values():
+            for queue in held.values():
                 _release(queue.values())
+        if node.store is not None:
+            stale = []
+            for key in node.store.queue_names():
+                parsed = parse_bucket_key(key)
+                if parsed is not None and not (parsed[0] and self._owner(parsed[1]) == node.index):
+                    stale.append(key)
+            node.store.drop_queues(stale)
         if self.coordinator is None or not self._alive(self.coordinator):
             self._elect(f"node {node.index} started")
         self.restore(sync=True)
 
+    def _owner(self, bid: str) -> int | None:
+        bucket = self.buckets.get(bid)
+        return None if bucket is None else bucket.owner
+
     def _fence(self, node: Any) -> None:
-        """Drop from ``node``'s queues every FlowFile of a bucket it does not own now."""
+        """Drop from ``node``'s queues in memory every FlowFile of a bucket it does not own now
+        (its disk is the caller's business: a lost node cannot be told, a returning one cleans
+        up in :meth:`node_returned`)."""
         index = self.owned.get(node.index, {})
-        for name, port in node.ports.items():
+        for port in node.ports.values():
             keep: list[Any] = []
             stale: list[Any] = []
             for ff in port.queue:
                 (keep if self._owns(node.index, ff.id) else stale).append(ff)
             if not stale:
                 continue
-            by_bucket: dict[str, list[Any]] = {}
             for ff in stale:
-                bid = index.pop(ff.id, None)
-                if bid is not None:
-                    by_bucket.setdefault(bid, []).append(ff)
-            if node.store is not None:
-                node.store.batch(remove={bucket_key(True, bid, name): ffs for bid, ffs in by_bucket.items()})
-            port.clear()
+                index.pop(ff.id, None)
+            port.queue.clear()
+            port.queued_bytes = 0
             port.push(keep)
             _release(stale)
             logger.info("node %d: %d FlowFile(s) of buckets it no longer owns dropped", node.index, len(stale))

@@ -155,6 +155,9 @@ def test_a_node_lost_with_open_transactions_then_back_serves_each_flowfile_once(
         assert rep["takeovers"] >= 1 and rep["underReplicatedBuckets"] == []
         assert _node(rep, 0)["ownedFlowFiles"] + _node(rep, 2)["ownedFlowFiles"] == 300 - len(confirmed)
 
+        # the lost node counts only what it still owns; nothing is counted twice meanwhile
+        assert srv.admin.queued("out", node=1) == 0
+        assert srv.admin.queued("out") == 300 - len(confirmed)
         _commit_fails(unconfirmed_client, unconfirmed_tx, 12, 0)
         _commit_fails(send_client, send_tx, 12)  # never acknowledged: the client sends again elsewhere
         _send(srv, 2, range(900, 910))
@@ -320,6 +323,26 @@ def test_durable_takeover_survives_sigkill_of_the_whole_server(tmp_path: Path) -
 
     with ServerProcess(*args) as third:
         _exactly_once(confirmed + _drain(third, (0, 1, 2)), acknowledged, "--data-dir, takeovers and 2 SIGKILLs", third)
+
+
+@pytest.mark.parametrize("durable", [False, True], ids=["memory", "data-dir"])
+def test_spooled_content_is_served_whole_by_the_new_owner(tmp_path: Path, durable: bool) -> None:
+    """A FlowFile above the spool limit: the replica's copy is its own handle (and its own file
+    with --data-dir), still readable after the owner released its own."""
+    big = bytes(range(256)) * (12 << 10)  # 3 MiB
+    extra = ("--data-dir", str(tmp_path / "data")) if durable else ()
+    with ServerProcess(*ARGS, "--nodes", "2", "--replicas", "1", *extra) as srv:
+        client = S2S(srv.api(0))
+        assert client.send(srv.port_id("in"), [({"id": "big"}, big), ({"id": "small"}, b"s")]).response_code == 13
+        client.close()
+        _stop(srv, 0)
+        client = S2S(srv.api(1))
+        got = client.receive(srv.port_id("out"))
+        assert [(p.attributes["id"], p.content) for p in got] == [("big", big), ("small", b"s")]
+        assert client.receive(srv.port_id("out")) == []
+        client.close()
+        srv.admin.start_node(0)
+        assert srv.admin.queued("out") == 0
 
 
 def test_replicas_refuse_a_load_balanced_route() -> None:
