@@ -5,6 +5,7 @@ takes afterwards."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from pathlib import Path
@@ -50,6 +51,9 @@ def test_stream_follows_a_takeover_and_reads_every_id_exactly_once(spark: Any, t
             q.stop()
         got = [r.uuid for r in spark.sql(f"select uuid from {name}").collect()]
         expected = {f"n{k}-{i}" for k in range(3) for i in range(100)} | {f"back-{i}" for i in range(30)}
+        print("FIGURES " + json.dumps({"case": "spark stream, node lost mid-stream and back", "acknowledged":
+                                       len(expected), "read": len(got), "lost": len(expected - set(got)),
+                                       "duplicated": len(got) - len(set(got)), "takeovers": rep["takeovers"]}))
         assert len(got) == len(set(got)), "a FlowFile was read twice"
         assert set(got) == expected
         assert srv.admin.queued("out") == 0
