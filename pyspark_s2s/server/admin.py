@@ -434,6 +434,9 @@ def _port_action(
             port = node.port_by_key(name)
             if port is None:
                 raise AdminRequestError(404, f"no port {name}")
+            if cluster.replication is not None and not node.alive:
+                raise AdminRequestError(409, f"node {node.index} is stopped: with --replicas a stopped node is "
+                                             "lost and takes no FlowFiles")
             cluster.enqueue(node, port, flowfiles)
             return 200, {"node": node.index, "port": port.describe(), "added": len(flowfiles)}
     nodes = _nodes_for(h, node_arg)

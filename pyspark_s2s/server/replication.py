@@ -470,6 +470,9 @@ class Replication:
         and dropped from the disk."""
         parsed = parse_bucket_key(key)
         if parsed is None:
+            if key in node.ports and flowfiles:
+                self._adopt(node, key, flowfiles)
+                return True
             return False
         owned, bid, port = parsed
         bucket = self.buckets.get(bid)
@@ -496,6 +499,24 @@ class Replication:
             if flowfiles:
                 logger.info("node %d: %d stale FlowFile(s) of bucket %s dropped at start", node.index, len(flowfiles), bid)
         return True
+
+    def _adopt(self, node: Any, port: str, flowfiles: list[Any]) -> None:
+        """A port's queue from a run without ``--replicas``: a bucket of the node's own (one
+        journal record moves it under the bucket's name); its replicas are added when the other
+        nodes start."""
+        bucket = Bucket(f"{node.index}-{self.next_bucket}", node.index, [], self.term, filled=BUCKET_LIMIT)
+        self.next_bucket += 1
+        self.buckets[bucket.id] = bucket
+        self._save_map()
+        if node.store is not None:
+            node.store.batch(add={bucket_key(True, bucket.id, port): flowfiles}, remove={port: flowfiles})
+        bucket.items[port] = {ff.id: ff for ff in flowfiles}
+        index = self.owned.setdefault(node.index, {})
+        for fid in bucket.items[port]:
+            index[fid] = bucket.id
+        node.ports[port].push(flowfiles)
+        logger.info("node %d: %d FlowFile(s) of port %s queued without replication are bucket %s now",
+                    node.index, len(flowfiles), port, bucket.id)
 
     def reset(self) -> None:
         """Admin reset (the stores are cleared by the caller): no bucket, no copy, no counts."""

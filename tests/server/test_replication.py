@@ -345,6 +345,28 @@ def test_spooled_content_is_served_whole_by_the_new_owner(tmp_path: Path, durabl
         assert srv.admin.queued("out") == 0
 
 
+def test_queues_of_a_run_without_replicas_are_adopted_and_replicated(tmp_path: Path) -> None:
+    data = str(tmp_path / "data")
+    srv = ServerProcess(*ARGS, "--nodes", "2", "--data-dir", data).start()
+    try:
+        _send(srv, 0, range(10))
+        _send(srv, 1, range(10, 15))
+    finally:
+        srv.kill()
+    with ServerProcess(*ARGS, "--nodes", "2", "--replicas", "1", "--data-dir", data) as again:
+        rep = _replication(again)
+        assert [_node(rep, k)["ownedFlowFiles"] for k in (0, 1)] == [10, 5]
+        assert [_node(rep, k)["replicaFlowFiles"] for k in (0, 1)] == [5, 10]  # caught up at start
+        with pytest.raises(AdminError) as refused:
+            _stop(again, 1)
+            again.admin.enqueue("out", count=1, node=1)
+        assert refused.value.status == 409
+        _exactly_once(_drain(again, (0,)), range(15), "queues of a run without --replicas, owner lost", again)
+        again.kill()
+    with ServerProcess(*ARGS, "--nodes", "2", "--replicas", "1", "--data-dir", data) as third:
+        assert _drain(third, (0, 1)) == []
+
+
 def test_replicas_refuse_a_load_balanced_route() -> None:
     srv = ServerProcess("--input-port", "in", "--output-port", "out", "--route", "in=out:round-robin",
                         "--nodes", "2", "--replicas", "1")
