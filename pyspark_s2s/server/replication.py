@@ -381,18 +381,19 @@ class Replication:
         of a bucket it no longer owns and every replica copy (it was taken off every replica set
         when it was lost), a coordinator is elected if there is none, and replicas are restored
         (it may become one again, catching up from the owners)."""
-        self.lost.discard(node.index)
-        self._fence(node)
-        for held in self.copies.pop(node.index, {}).values():
-            for queue in held.values():
-                _release(queue.values())
-        if node.store is not None:
-            stale = []
-            for key in node.store.queue_names():
-                parsed = parse_bucket_key(key)
-                if parsed is not None and not (parsed[0] and self._owner(parsed[1]) == node.index):
-                    stale.append(key)
-            node.store.drop_queues(stale)
+        if node.index in self.lost:  # (a node's first start, after a restart too, lost nothing)
+            self.lost.discard(node.index)
+            self._fence(node)
+            for held in self.copies.pop(node.index, {}).values():
+                for queue in held.values():
+                    _release(queue.values())
+            if node.store is not None:
+                stale = []
+                for key in node.store.queue_names():
+                    parsed = parse_bucket_key(key)
+                    if parsed is not None and not (parsed[0] and self._owner(parsed[1]) == node.index):
+                        stale.append(key)
+                node.store.drop_queues(stale)
         if self.coordinator is None or not self._alive(self.coordinator):
             self._elect(f"node {node.index} started")
         self.restore(sync=True)
@@ -476,7 +477,11 @@ class Replication:
             return False
         owned, bid, port = parsed
         bucket = self.buckets.get(bid)
-        if bucket is not None and port in node.ports and bucket.owner == node.index:
+        if port not in node.ports:  # the port is gone from the command line: as model does, kept
+            logger.warning("node %d: %d durable FlowFile(s) of bucket %s of unknown port %r are kept on disk "
+                           "but not served", node.index, len(flowfiles), bid, port)
+            _release(flowfiles)
+        elif bucket is not None and bucket.owner == node.index:
             items = bucket.items.setdefault(port, {})
             fresh = [ff for ff in flowfiles if ff.id not in items]
             fresh_ids = {id(ff) for ff in fresh}
