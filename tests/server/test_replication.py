@@ -282,10 +282,31 @@ def test_under_replicated_refuse_is_503_saying_why_and_loses_nothing() -> None:
         _exactly_once(_drain(srv, (0, 1)), range(5), "under-replicated refuse", srv)
 
 
+def _raw_port(srv: ServerProcess, node: int) -> int:
+    info = requests.get(srv.api(node) + "/site-to-site", timeout=10).json()
+    return int(info["controller"]["remoteSiteListeningPort"])
+
+
+def test_raw_sends_and_receives_are_replicated_and_taken_over() -> None:
+    with ServerProcess(*ARGS, "--nodes", "2", "--replicas", "1", "--raw-port", "0") as srv:
+        with RawPeer(_raw_port(srv, 0)) as peer:
+            assert peer.open(srv.port_id("in")).code is ResponseCode.PROPERTIES_OK
+            assert peer.send_flowfiles(_packets(range(8))).code is ResponseCode.TRANSACTION_FINISHED
+        with RawPeer(_raw_port(srv, 0)) as peer:  # a confirmed RAW receive leaves the replica too
+            assert peer.open(srv.port_id("out"), batch={"BATCH_COUNT": 3}).code is ResponseCode.PROPERTIES_OK
+            confirmed = [int(a["id"]) for a, _ in peer.receive_flowfiles()]
+        assert len(confirmed) == 3 and _node(_replication(srv), 1)["replicaFlowFiles"] == 5
+        raw_1 = _raw_port(srv, 1)
+        _stop(srv, 0)
+        with RawPeer(raw_1) as peer:
+            assert peer.open(srv.port_id("out")).code is ResponseCode.PROPERTIES_OK
+            rest = [int(a["id"]) for a, _ in peer.receive_flowfiles()]
+        _exactly_once(confirmed + rest, range(8), "RAW, owner lost", srv)
+
+
 def test_under_replicated_refuse_over_raw_names_the_reason_at_the_handshake() -> None:
     with ServerProcess(*ARGS, "--nodes", "2", "--replicas", "1", "--raw-port", "0") as srv:
-        raw_port = int(requests.get(srv.api(0) + "/site-to-site", timeout=10).json()["controller"]
-                       ["remoteSiteListeningPort"])
+        raw_port = _raw_port(srv, 0)
         _stop(srv, 1)
         with RawPeer(raw_port) as peer:
             answer = peer.open(srv.port_id("in"))
