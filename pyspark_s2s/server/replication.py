@@ -7,9 +7,9 @@ node's own copy of a bucket (its own queue order, its own journal records and co
 election a new term) and the rules of a node lost and returned: the coordinator hands each
 bucket of a lost node to exactly one live replica, which serves it from then on, and replicates
 again to restore R where enough nodes live; a returning node drops whatever it no longer owns
-and becomes a replica again by catching up from the owners. NiFi's design documents
-"Data Replication" and "Zero-Master Clustering" (``../shared/nifi-design/``) describe the
-model; docs/server.md says where this one-process simulation differs.
+and becomes a replica again by catching up from the owners. NiFi's
+feature proposals "Data Replication" and "Zero-Master Clustering" describe the model;
+docs/server.md says where this one-process simulation differs.
 
 The cluster (:mod:`pyspark_s2s.server.model`) calls in at the points both transports already
 pass through: a send's commit, a receive's commit, the admin enqueue and drain, a node stopped,
