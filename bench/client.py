@@ -17,6 +17,8 @@ Measured, each as FlowFiles/s and MiB/s of packet bytes (the uncompressed codec 
 
 * small FlowFiles (100 B content, 3 attributes): send, receive, each next to plain HTTP;
 * large FlowFiles (1 MiB content): send, receive, each next to plain HTTP;
+* small FlowFiles through a 2-node server with ``--replicas 0`` and ``--replicas 1`` (group
+  ``replicas``): what synchronous replication to another node costs a send and a receive;
 * small-FlowFile decode into Arrow (the client's Arrow path on an in-memory packet stream),
   and ``receive_record_batch`` end to end against the server.
 
@@ -65,8 +67,8 @@ TARGETS_PER_S = {
     "small receive -> Arrow": 250_000.0,
 }
 ARROW_TARGET = 500_000.0
-GROUPS = ("small", "concurrent", "durable", "large", "arrow", "plain", "huge", "raw")
-DEFAULT_GROUPS = ("small", "concurrent", "durable", "large", "huge", "arrow", "raw")
+GROUPS = ("small", "concurrent", "durable", "replicas", "large", "arrow", "plain", "huge", "raw")
+DEFAULT_GROUPS = ("small", "concurrent", "durable", "replicas", "large", "huge", "arrow", "raw")
 #: issue 21: RAW against HTTP in the same run (ratio = RAW's rate / HTTP's rate)
 RAW_TARGETS = {"small send": 1.0, "small receive": 1.0, "large send": 0.9, "large receive": 0.9}
 
@@ -387,9 +389,12 @@ class CpuMeter:
 class S2S:
     """Client-side measurements against the reference server (input port routed to output port)."""
 
-    def __init__(self, url: str, transport: str = "HTTP") -> None:
+    def __init__(self, url: str, transport: str = "HTTP", peer: str | None = None) -> None:
         from pyspark_s2s.client import SiteToSiteClient, SiteToSiteClientConfig
 
+        #: "host:port": every transaction on this node (a cluster's FlowFiles stay on the node that
+        #: took them); None: the client chooses by NiFi's weights
+        self.peer = peer
         self.send_client: Any = SiteToSiteClient(SiteToSiteClientConfig(
             urls=url, port_name=IN_PORT, timeout=120, transport_protocol=transport))
         self.recv_client: Any = SiteToSiteClient(SiteToSiteClientConfig(
@@ -402,7 +407,7 @@ class S2S:
     def send(self, n: int, attrs: dict[str, str], content: bytes) -> float:
         """One transaction of ``n`` FlowFiles; seconds from creation to commit."""
         t0 = time.perf_counter()
-        tx = self.send_client.create_transaction("send")
+        tx = self.send_client.create_transaction("send", peer=self.peer)
         for _ in range(n):
             tx.send(content, attrs)
         tx.confirm()
@@ -429,7 +434,7 @@ class S2S:
             seen: list[dict[str, str]] = []
             content = 0
             t0 = time.perf_counter()
-            tx = self.recv_client.create_transaction("receive")
+            tx = self.recv_client.create_transaction("receive", peer=self.peer)
             if stream:
                 while (sp := tx.receive(stream=True)) is not None:
                     seen.append(sp.attributes)
@@ -737,6 +742,36 @@ def bench_concurrent(url: str, n: int, streams: int, repeat: int, meter: CpuMete
 # -- main --------------------------------------------------------------------------------------
 
 
+def paired_small(
+    configs: list[tuple[str, list[str]]], count: int, repeat: int, note: str,
+    server_peak: Callable[[str, ServerSubprocess], None],
+) -> list[Row]:
+    """Small-FlowFile send and receive against one fresh server per configuration (in this order);
+    each row after the first configuration's says its time as a multiple of the first's."""
+    first = configs[0][0]
+    seen: dict[str, Row] = {}
+    out: list[Row] = []
+    for label, extra in configs:
+        with start_s2s_server(extra) as server:
+            s2s = S2S(server.url, peer=server.url.split("//")[1].split("/")[0])  # node 0
+            plain = Plain(server.url)
+            try:
+                for row in bench_transfer("small", s2s, plain, count, SMALL_ATTRS, SMALL_CONTENT, repeat,
+                                          CpuMeter(server.pid)):
+                    row.name += f" ({label})"
+                    row.plain_secs = row.rate_target = None
+                    base = seen.get(row.name.replace(label, first))
+                    if base is not None:
+                        row.note = f"{row.secs / base.secs:.2f}x the time with {first} ({note})"
+                    seen[row.name] = row
+                    out.append(row)
+            finally:
+                s2s.close()
+                plain.close()
+            server_peak(f"small, {label}", server)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--small", type=int, default=100_000, help="number of small FlowFiles (default 100000)")
@@ -749,7 +784,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrent-small", type=int, default=400_000,
                     help="small FlowFiles per run in the concurrent group, shared by its streams (default 400000)")
     ap.add_argument("--durable-small", type=int, default=20_000,
-                    help="small FlowFiles per run in the --data-dir group (default 20000)")
+                    help="small FlowFiles per run in the --data-dir and --replicas groups (default 20000)")
     ap.add_argument("--huge-mib", type=int, default=1024, help="size of the FlowFile in the huge group (default 1024)")
     ap.add_argument("--only", choices=GROUPS, action="append", help="run only these groups (repeatable)")
     args = ap.parse_args(argv)
@@ -789,27 +824,15 @@ def main(argv: list[str] | None = None) -> int:
                 rows += bench_concurrent(server.url, args.concurrent_small, args.streams, args.repeat, CpuMeter(server.pid))
                 server_peak(f"{args.streams} streams", server)
         if "durable" in groups:
-            durable: dict[str, Row] = {}
             with tempfile.TemporaryDirectory(prefix="s2s-bench-") as data_dir:
-                for label, extra in (("memory", []), ("--data-dir", ["--data-dir", data_dir])):
-                    with start_s2s_server(extra) as server:
-                        s2s = S2S(server.url)
-                        plain = Plain(server.url)
-                        stack.callback(plain.close)
-                        meter = CpuMeter(server.pid)
-                        try:
-                            for row in bench_transfer("small", s2s, plain, args.durable_small, SMALL_ATTRS,
-                                                      SMALL_CONTENT, args.repeat, meter):
-                                row.name += f" ({label})"
-                                row.plain_secs = row.rate_target = None
-                                memory = durable.get(row.name.replace(label, "memory"))
-                                if memory is not None:
-                                    row.note = f"{row.secs / memory.secs:.2f}x the time in memory (target <= 2)"
-                                durable[row.name] = row
-                                rows.append(row)
-                        finally:
-                            s2s.close()
-                        server_peak(f"small, {label}", server)
+                rows += paired_small([("memory", []), ("--data-dir", ["--data-dir", data_dir])],
+                                     args.durable_small, args.repeat, "target <= 2", server_peak)
+        if "replicas" in groups:  # issue 23: what synchronous replication costs a send
+            two = ["--nodes", "2"]
+            with tempfile.TemporaryDirectory(prefix="s2s-bench-") as data_dir:
+                rows += paired_small([("--replicas 0", two), ("--replicas 1", [*two, "--replicas", "1"]),
+                                      ("--replicas 1 --data-dir", [*two, "--replicas", "1", "--data-dir", data_dir])],
+                                     args.durable_small, args.repeat, "2 nodes", server_peak)
         if "large" in groups:
             with start_s2s_server() as server:
                 s2s = S2S(server.url)

@@ -1,7 +1,7 @@
 """The randomized fault driver: a mixed send + receive workload through a durable reference
 cluster, one randomly chosen fault per round, every id accounted for.
 
-``python -m faults.randomized --rounds 100 [--seed N] [--nodes 2] [--ids 400]``
+``python -m faults.randomized --rounds 100 [--seed N] [--nodes 2] [--ids 400] [--replicas R]``
 
 Each round a producer thread sends fresh ids into input port ``in`` (routed to output port
 ``out``) in transactions of random size, some with a FlowFile of a few MiB, while a consumer
@@ -10,6 +10,12 @@ SIGKILL and restarted on its data directory, a node stopped and started, an uplo
 mid-body, a stall past the TTL, a corrupted checksum either way, a full destination, a stopped
 port, server errors, a commit answer that comes too late), held for a moment, and undone. The
 round ends once every id sent so far has arrived and the server holds no open transaction.
+
+With ``--replicas R`` the cluster replicates (``s2s serve --replicas R --under-replicated accept``)
+and a stopped node is a lost node: its buckets must be taken over by a live replica, so a
+``node_down`` round waits, with the node still down, until every id sent in the round has arrived
+(its FlowFiles served by their new owners) and checks that none of its buckets is left without a
+live owner; only then does the node start again, and it must serve nothing twice.
 
 Both sides behave as a careful application does: a failed transaction is retried; a send whose
 commit answer never came (the connection broke after the request went out) is re-sent and counted *in doubt*,
@@ -84,6 +90,8 @@ class RoundReport:
     faults_fired: int = 0
     in_doubt_sent: int = 0
     in_doubt_received: int = 0
+    #: --replicas: buckets the lost node owned, taken over by live replicas while it was down
+    taken_over: int = 0
     seconds: float = 0.0
 
 
@@ -97,6 +105,7 @@ class Totals:
     in_doubt: int = 0
     server_kills: int = 0
     pipeline_restarts: int = 0
+    buckets_taken_over: int = 0
     by_fault: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -210,13 +219,14 @@ class RandomizedRun:
     def __init__(self, *, seed: int, rounds: int, nodes: int = 2, ids_per_round: int = 400,
                  faults: Sequence[str] = FAULTS, schedule: Sequence[str] | None = None,
                  round_timeout: float | None = None, workload: str = "client", spark: Any = None,
-                 progress: Callable[[str], None] | None = None) -> None:
+                 progress: Callable[[str], None] | None = None, replicas: int = 0) -> None:
         if workload not in ("client", "spark"):
             raise ValueError(f"unknown workload {workload!r}; expected client or spark")
         unknown = sorted((set(faults) | set(schedule or ())) - set(FAULTS))
         if unknown:
             raise ValueError(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}")
         self.seed, self.rounds, self.nodes = seed, rounds, nodes
+        self.replicas = replicas
         self.ids_per_round = ids_per_round
         self.faults = tuple(f for f in faults if nodes > 1 or f != "node_down")
         self.schedule = list(schedule) if schedule is not None else None  # fixed order instead of random
@@ -229,12 +239,15 @@ class RandomizedRun:
         self.ledger = Ledger()
         self.in_doubt: Counter[str] = Counter()
         self.reports: list[RoundReport] = []
+        self._lost_node = -1  # --replicas: the node a node_down round stopped, and what it owned
+        self._owned_before: list[str] = []
 
     # -- the run ------------------------------------------------------------------------------
     def run(self) -> Totals:
         started = time.monotonic()
+        extra = ("--replicas", str(self.replicas), "--under-replicated", "accept") if self.replicas else ()
         with FaultServer(nodes=self.nodes, ttl=TTL, inputs=("in", "in2"), outputs=("out",),
-                         routes=("in=out",)) as srv:
+                         routes=("in=out",), extra=extra) as srv:
             self.srv = srv
             options = {"timeout": CLIENT_TIMEOUT, "penalization_period": 0.5, "peer_refresh_interval": 2.0}
             with srv.client("in", **options) as sender, srv.client("out", **options) as receiver:
@@ -256,6 +269,7 @@ class RandomizedRun:
                       in_doubt=sum(self.in_doubt.values()), server_kills=kills,
                       by_fault=dict(Counter(r.fault for r in self.reports)),
                       pipeline_restarts=self.pipeline.restarts if self.pipeline is not None else 0,
+                      buckets_taken_over=sum(r.taken_over for r in self.reports),
                       seconds=time.monotonic() - started)
 
     def _rounds(self, sender: SiteToSiteClient, receiver: SiteToSiteClient) -> None:
@@ -289,6 +303,8 @@ class RandomizedRun:
             undo = self._inject(fault)
             time.sleep(self.rng.uniform(0.3, 1.5))
             report.faults_fired = self._fired(fault)
+            if self.replicas and fault == "node_down":
+                report.taken_over = self._check_takeover(producer, deadline)
             undo()
             producer.join(max(0.0, deadline - time.monotonic()))
             if producer.is_alive():
@@ -310,6 +326,27 @@ class RandomizedRun:
                        lambda: f"transactions still open on the server: {self._left_open()[:5]}")
         report.seconds = time.monotonic() - began
         return report
+
+    def _check_takeover(self, producer: _Producer, deadline: float) -> int:
+        """With the lost node still down: every bucket it owned has a live owner, and every id of
+        the round arrives (its FlowFiles served by their new owners). Returns the buckets it lost."""
+        lost = self._lost_node
+
+        def reported() -> dict[str, Any] | None:
+            rep: dict[str, Any] = self.srv.admin.request("GET", "/replication")
+            return rep if any(n["index"] == lost and n["lost"] for n in rep["nodes"]) else None
+
+        self._wait(lambda: reported() is not None, deadline, lambda: f"node {lost} was never reported lost")
+        rep = reported()
+        assert rep is not None
+        orphans = [b["id"] for b in rep["buckets"] if b["owner"] == lost and b["flowFiles"]]
+        if orphans:
+            raise RoundFailure(f"buckets of lost node {lost} with no live owner: {orphans[:5]}")
+        producer.join(max(0.0, deadline - time.monotonic()))
+        self._wait(lambda: not self.ledger.lost(), deadline,
+                   lambda: f"{len(self.ledger.lost())} ids never arrived while node {lost} was lost: "
+                           f"{sorted(self.ledger.lost())[:10]}")
+        return len(self._owned_before)
 
     def _consumer_error(self, consumer: _Consumer) -> Exception | None:
         return consumer.error if self.pipeline is None else self.pipeline.error
@@ -374,6 +411,10 @@ class RandomizedRun:
             return srv.restart
         if fault == "node_down":
             node = rng.randrange(self.nodes)
+            if self.replicas:
+                self._lost_node = node
+                rep = admin.request("GET", "/replication")
+                self._owned_before = next(n["ownedBuckets"] for n in rep["nodes"] if n["index"] == node)
             admin.stop_node(node)
             return lambda: admin.start_node(node)
         if fault == "drop_upload":
@@ -436,28 +477,32 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="comma-separated faults, one per round in this order (instead of random ones)")
     p.add_argument("--workload", choices=("client", "spark"), default="client",
                    help="client: a receiving client; spark: a NiFi -> Spark -> NiFi streaming pipeline")
+    p.add_argument("--replicas", type=int, default=0,
+                   help="replicate each FlowFile to R other nodes (s2s serve --replicas R --under-replicated "
+                        "accept); a stopped node's buckets must then be served by others while it is down")
     p.add_argument("--json", action="store_true", help="print the totals as JSON")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 32)
-    print(f"faults.randomized: seed {seed}, {args.rounds} rounds, {args.nodes} nodes, {args.ids} ids per round",
-          flush=True)
+    print(f"faults.randomized: seed {seed}, {args.rounds} rounds, {args.nodes} nodes, {args.ids} ids per round, "
+          f"{args.replicas} replicas", flush=True)
     try:
         totals = run(seed, args.rounds, nodes=args.nodes, ids_per_round=args.ids,
                      faults=[f.strip() for f in args.faults.split(",") if f.strip()], workload=args.workload,
                      schedule=None if args.schedule is None else [f.strip() for f in args.schedule.split(",")],
-                     progress=lambda line: print(line, flush=True))
+                     replicas=args.replicas, progress=lambda line: print(line, flush=True))
     except RoundFailure as exc:
         print(f"FAILED: {exc}\nreproduce with: python -m faults.randomized --seed {seed} --rounds {args.rounds} "
-              f"--nodes {args.nodes} --ids {args.ids} --workload {args.workload}", file=sys.stderr)
+              f"--nodes {args.nodes} --ids {args.ids} --workload {args.workload} --replicas {args.replicas}",
+              file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(asdict(totals), indent=2))
     else:
         print(f"rounds {totals.rounds}, ids {totals.ids}, moved {totals.moved}, lost {totals.lost}, "
               f"duplicated {totals.duplicated} (in doubt {totals.in_doubt}), server kills {totals.server_kills}, "
-              f"pipeline restarts {totals.pipeline_restarts}, "
+              f"pipeline restarts {totals.pipeline_restarts}, buckets taken over {totals.buckets_taken_over}, "
               f"{totals.seconds:.0f} s; faults: "
               + ", ".join(f"{k} {v}" for k, v in sorted(totals.by_fault.items())))
     return 0 if totals.lost == 0 else 1

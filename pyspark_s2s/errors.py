@@ -44,6 +44,7 @@ __all__ = [
     "TransactionStateError",
     "TransportError",
     "UnauthorizedError",
+    "UnderReplicatedError",
     "UnknownPortError",
     "UsageError",
     "error_for_response",
@@ -204,6 +205,16 @@ class PortNotRunningError(HandshakeError):
 class PortDestinationFullError(HandshakeError):
     default_http_status = 503
     default_response_code = 202
+    default_retriable = True
+
+
+class UnderReplicatedError(HandshakeError):
+    """A replicating server (``s2s serve --replicas R --under-replicated refuse``) cannot copy a
+    send to R other nodes now: too few nodes live. Retriable: it takes FlowFiles again once
+    enough nodes are back."""
+
+    default_http_status = 503
+    default_response_code = 250
     default_retriable = True
 
 

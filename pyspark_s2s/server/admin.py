@@ -24,7 +24,7 @@ import resource
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from pyspark_s2s.errors import ConfigError
+from pyspark_s2s.errors import ConfigError, S2SError
 from pyspark_s2s.protocol.transaction import ServerState
 from pyspark_s2s.server.faults import Fault, FaultRegistry
 from pyspark_s2s.server.httpio import READ_SIZE, ChunkedWriter, RequestBody
@@ -178,7 +178,7 @@ def _status(h: AdminRequest) -> dict[str, Any]:
             for n in cluster.nodes
             if not n.removed
         ]
-    return {
+    status: dict[str, Any] = {
         "nodes": nodes,
         "routes": cluster.describe_routes()["routes"],
         "ttl": cluster.ttl,
@@ -186,6 +186,20 @@ def _status(h: AdminRequest) -> dict[str, Any]:
         "process": process_memory(),
         "faults": h.app.faults.list(),
     }
+    replication = _replication(h)
+    if replication is not None:  # --replicas R: the coordinator, its term, the buckets
+        status["replication"] = replication
+    return status
+
+
+def _replication(h: AdminRequest) -> dict[str, Any] | None:
+    """Buckets, replicas and the coordinator (replication.Replication.describe); None without
+    ``--replicas``."""
+    cluster = h.app.cluster
+    if cluster.replication is None:
+        return None
+    with cluster.lock:
+        return cluster.replication.describe([n for n in cluster.nodes if not n.removed])
 
 
 def _flowfile_json(ff: FlowFile, with_content: bool) -> dict[str, Any]:
@@ -262,6 +276,8 @@ def handle(h: AdminRequest, method: str, path: str, query: dict[str, list[str]])
         status, body = exc.status, {"error": exc.message}
     except ConfigError as exc:
         status, body = 400, {"error": exc.message}
+    except S2SError as exc:  # e.g. a replicating enqueue refused while too few nodes live (503)
+        status, body = exc.answer_status, {"error": exc.message}
     h.send_json(status, body)
 
 
@@ -315,6 +331,8 @@ def _route(
         return 200, _status(h)
     if path == "/s2s-admin/routes" and method == "GET":
         return 200, cluster.describe_routes()
+    if path == "/s2s-admin/replication" and method == "GET":
+        return 200, _replication(h)
     if path == "/s2s-admin/transactions" and method == "GET":
         wanted = _int_or_none(_q(query, "node"), "node")
         with cluster.lock:
@@ -416,6 +434,9 @@ def _port_action(
             port = node.port_by_key(name)
             if port is None:
                 raise AdminRequestError(404, f"no port {name}")
+            if cluster.replication is not None and not node.alive:
+                raise AdminRequestError(409, f"node {node.index} is stopped: with --replicas a stopped node is "
+                                             "lost and takes no FlowFiles")
             cluster.enqueue(node, port, flowfiles)
             return 200, {"node": node.index, "port": port.describe(), "added": len(flowfiles)}
     nodes = _nodes_for(h, node_arg)

@@ -153,6 +153,8 @@ class ServerApp:
             node = self._node(index)
             self._shut(node)
             logger.info("node %d stopped", index)
+            if not self._stop.is_set():  # a server shutting down loses no node
+                self.cluster.node_lost(node)
             return node
 
     def _shut(self, node: Node) -> None:
@@ -200,6 +202,7 @@ class ServerApp:
                 node.removed = True
             self._shut(node)
             with self.cluster.lock:
+                self.cluster.node_lost(node)  # replication: its buckets go to live replicas
                 self.cluster.node_removed(node)  # load-balanced routes: place its share elsewhere
                 for port in node.ports.values():
                     port.clear()

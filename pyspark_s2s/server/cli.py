@@ -105,6 +105,7 @@ _positive = _whole(1, "a whole number >= 1")
 #: every node is a listening socket and threads in this one process
 MAX_NODES = 64
 _node_count = _whole(1, f"a number of nodes from 1 to {MAX_NODES}", MAX_NODES)
+_replica_count = _whole(0, f"a number of replicas from 0 to {MAX_NODES - 1}", MAX_NODES - 1)
 
 
 def _port_number(value: str) -> int:
@@ -149,6 +150,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", metavar="DIR",
                    help="keep queues durably in DIR (write-ahead journal + snapshots); a restarted "
                         "server serves what it had acknowledged; default: memory only")
+    p.add_argument("--replicas", type=_replica_count, default=0, metavar="R",
+                   help="replicate every acknowledged FlowFile synchronously to R other nodes, which take "
+                        "over a lost node's buckets (default 0: no replication)")
+    p.add_argument("--under-replicated", choices=("refuse", "accept"), default="refuse",
+                   help="with --replicas: while fewer than R+1 nodes live, refuse sends (503, default) or "
+                        "accept them with fewer copies (counted in the admin API)")
     p.add_argument("--snapshot-every", type=_positive, default=None, metavar="N",
                    help="with --data-dir: write a snapshot after N journal records (default 1000)")
 
@@ -210,6 +217,9 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
     if args.snapshot_every is not None and args.data_dir is None:
         raise UsageError(f"--snapshot-every {args.snapshot_every} needs --data-dir DIR: snapshots are of the "
                          "durable queues, and without --data-dir the queues are in memory only")
+    if args.replicas and any(b.balanced for b in balance.values()):
+        raise UsageError(f"--replicas {args.replicas}: a load-balanced --route strategy cannot be replicated; "
+                         "use do-not-load-balance routes with --replicas")
     if args.data_dir is not None:
         ensure_directory(args.data_dir, "--data-dir")
     cluster = Cluster(
@@ -221,6 +231,8 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
         data_dir=args.data_dir,
         snapshot_every=args.snapshot_every or 1000,
         balance=balance,
+        replicas=args.replicas,
+        under_replicated=args.under_replicated,
     )
     material = None
     ctx = None

@@ -103,6 +103,14 @@ class Content:
             return self._data
         return b"".join(self.chunks())
 
+    def duplicate(self) -> Content:
+        """An independent handle on the same bytes (a replica's copy): memory is shared (it is
+        never changed), a spooled file gets a descriptor of its own, so releasing one handle
+        leaves the other readable."""
+        if self._file is None:
+            return Content(self._data, size=self.size)
+        return Content(file=os.fdopen(os.dup(self._file.fileno()), "rb"), size=self.size)
+
     def release(self) -> None:
         if self._file is not None:
             self._file.close()

@@ -39,6 +39,7 @@ from pyspark_s2s.errors import (
     PortDestinationFullError,
     PortNotRunningError,
     TransactionNotFoundError,
+    UnderReplicatedError,
     UnknownPortError,
 )
 from pyspark_s2s.protocol.codes import DEFAULT_TTL_SECONDS, Direction
@@ -65,7 +66,8 @@ from pyspark_s2s.server.flowfile import (
     uuid4_fields,
     wire_flowfiles,
 )
-from pyspark_s2s.server.persist import NodeStore
+from pyspark_s2s.server.persist import NodeStore, write_json_atomic
+from pyspark_s2s.server.replication import Replication
 
 __all__ = [
     "ADDED_KEYS",
@@ -94,6 +96,9 @@ logger = logging.getLogger(__name__)
 HISTORY_LIMIT = 10000
 
 _size = attrgetter("size")
+
+#: what a commit on a lost node is answered (replicating server): its buckets may be another's now
+NODE_LOST = "Transaction was not found: its node was lost."
 
 _PORT_NAMESPACE = uuid.UUID("6f1b3c5e-2d4a-5b8e-9c7f-3e2d1a0b9c8d")
 
@@ -432,6 +437,8 @@ class Cluster:
         data_dir: str | os.PathLike[str] | None = None,
         snapshot_every: int = 1000,
         balance: dict[str, LoadBalance] | None = None,
+        replicas: int = 0,
+        under_replicated: str = "refuse",
     ) -> None:
         self.lock = threading.RLock()
         self.host = host
@@ -453,6 +460,15 @@ class Cluster:
         self.snapshot_every = snapshot_every
         if data_dir is not None:
             self._load_members()
+        #: ``--replicas R`` (R >= 1): buckets, replica copies, the coordinator; None = no replication
+        self.replication: Replication | None = None
+        if replicas:
+            if self.balance:
+                raise ValueError("--replicas cannot be combined with a load-balanced --route strategy")
+            self.replication = Replication(
+                replicas, under_replicated, node=self.node, live=self.live_nodes,
+                data_dir=None if data_dir is None else Path(data_dir),
+            )
 
     # -- nodes ---------------------------------------------------------------------------------
     def new_node(self, port_number: int = 0) -> Node:
@@ -480,6 +496,8 @@ class Cluster:
         assert self.data_dir is not None
         node.store = NodeStore(Path(self.data_dir) / f"node-{node.index}", self.snapshot_every)
         for name, flowfiles in node.store.load().items():
+            if self.replication is not None and self.replication.load(node, name, flowfiles):
+                continue
             waiting = _parse_wait_key(name)
             if waiting is not None:
                 if flowfiles:
@@ -508,7 +526,9 @@ class Cluster:
 
     def enqueue(self, node: Node, port: Port, flowfiles: list[FlowFile]) -> None:
         with self.lock:
-            if node.store is not None:
+            if self.replication is not None:
+                self.replication.commit(node, port.name, flowfiles)
+            elif node.store is not None:
                 node.store.add(port.name, flowfiles)
             port.push(flowfiles)
 
@@ -520,9 +540,16 @@ class Cluster:
                 if ff is None:
                     break
                 items.append(ff)
-            if node.store is not None:
-                node.store.remove(port.name, items)
+            self._taken(node, port, items)
             return items
+
+    def _taken(self, node: Node, port: Port, flowfiles: list[FlowFile]) -> None:
+        """FlowFiles confirmed gone from ``node``'s queue ``port``: off its disk (and its
+        replicas', when replicating)."""
+        if self.replication is not None:
+            flowfiles = self.replication.taken(node, port.name, flowfiles)
+        if node.store is not None:
+            node.store.remove(port.name, flowfiles)
 
     def shutdown(self) -> None:
         """Server stops: final snapshots, and every content handle is closed."""
@@ -538,6 +565,8 @@ class Cluster:
                 for wq in node.waiting.values():
                     for ff in wq.take_all():
                         ff.release()
+            if self.replication is not None:
+                self.replication.release_all()
 
     def node(self, index: int) -> Node | None:
         for node in self.nodes:
@@ -563,10 +592,19 @@ class Cluster:
         """Undo a transaction's effect: sent FlowFiles go back to the front of their queue,
         received ones are dropped."""
         if tx.direction is Direction.RECEIVE:
-            tx.port.push_front(tx.flowfiles)
+            self._give_back(tx)
         else:
             for ff in tx.flowfiles:
                 ff.release()
+
+    def _give_back(self, tx: Transaction) -> None:
+        """A receive's FlowFiles back to the head of their queue; when replicating, only those the
+        node still owns (a download on a lost node that breaks after its buckets were handed over,
+        or after it returned, must not bring them back)."""
+        flowfiles = tx.flowfiles
+        if self.replication is not None:
+            flowfiles = self.replication.still_owned(tx.node, flowfiles)
+        tx.port.push_front(flowfiles)
 
     def check_port(self, node: Node, port_id: str, direction: Direction) -> Port:
         """The handshake's port checks (§8): unknown → 404/200, stopped → 503/201,
@@ -578,6 +616,8 @@ class Cluster:
             )
         if not port.running:
             raise PortNotRunningError(f"{port.name} is not in a valid state.", port=port.name)
+        if direction is Direction.SEND and self.replication is not None:
+            self.replication.check_send(node, port.name)
         if direction is Direction.SEND and self.destination(node, port).is_full():
             raise PortDestinationFullError(
                 f"Received port identifier {port_id}, but its destination is full",
@@ -673,7 +713,7 @@ class Cluster:
                     for ff in tx.flowfiles:
                         ff.release()
                 else:
-                    tx.port.push_front(tx.flowfiles)
+                    self._give_back(tx)
                 tx.flowfiles = []
                 return
             self._rollback(tx)
@@ -694,9 +734,9 @@ class Cluster:
         """Client confirmed a download: the FlowFiles are gone. Returns their count."""
         with self.lock:
             count = len(tx.flowfiles)
-            node = self.node(tx.node)
-            if node is not None and node.store is not None:
-                node.store.remove(tx.port.name, tx.flowfiles)
+            node = self._serving(tx)
+            if node is not None:
+                self._taken(node, tx.port, tx.flowfiles)
             for ff in tx.flowfiles:
                 ff.release()
             self._finish(tx, ServerEvent.COMMIT, "committed")
@@ -708,14 +748,21 @@ class Cluster:
 
         Returns (count, destination_full_after) -- full means result 14."""
         with self.lock:
-            node = self.node(tx.node)
+            node = self._serving(tx)
             count = len(tx.flowfiles)
             balance = self.balance.get(tx.port.name)
             if node is not None and balance is not None and tx.port.route_to is not None:
                 full = self._balance(node, tx.port.name, tx.port.route_to, balance, tx.flowfiles)
             elif node is not None:
                 dest = self.destination(node, tx.port)
-                if node.store is not None:
+                if self.replication is not None:
+                    try:
+                        self.replication.commit(node, dest.name, tx.flowfiles)
+                    except UnderReplicatedError as exc:
+                        self._rollback(tx)
+                        self._finish(tx, ServerEvent.FAIL, "failed: under-replicated")
+                        raise exc.with_context(transaction=tx.id) from None
+                elif node.store is not None:
                     node.store.add(dest.name, tx.flowfiles)
                 dest.push(tx.flowfiles)
                 full = dest.is_full()
@@ -724,6 +771,17 @@ class Cluster:
             self._finish(tx, ServerEvent.COMMIT, "committed")
             tx.result_code = 14 if full else 13
             return count, full
+
+    def _serving(self, tx: Transaction) -> Node | None:
+        """The node of a transaction being committed. When replicating, a node that is not live
+        (lost) serves nothing: the transaction is void (rolled back) and answered as unknown, since
+        its buckets may already be another node's."""
+        node = self.node(tx.node)
+        if self.replication is not None and (node is None or not node.alive):
+            self._rollback(tx)
+            self._finish(tx, ServerEvent.FAIL, "failed: node lost")
+            raise TransactionNotFoundError(NODE_LOST, transaction=tx.id)
+        return node
 
     def cleanup_expired(self) -> int:
         """Roll back every expired transaction (the periodic task of §6)."""
@@ -776,6 +834,8 @@ class Cluster:
                 node.waiting.clear()
             self._rr_next.clear()
             self.history.clear()
+            if self.replication is not None:
+                self.replication.reset()
 
     # -- load-balanced routes (NiFi's load-balanced connections) -------------------------------
     def _balance(
@@ -855,12 +915,22 @@ class Cluster:
         logger.debug("node %d -> node %d: %d FlowFile(s) of %s", holder.index, target.index, len(items), input_port)
         return port.is_full()
 
+    def node_lost(self, node: Node) -> None:
+        """``node`` stopped serving or was removed (its transactions are already void): when
+        replicating, its buckets go to live replicas (replication.Replication.node_lost)."""
+        with self.lock:
+            if self.replication is not None:
+                self.replication.node_lost(node)
+
     def node_started(self, node: Node) -> None:
         """``node`` listens (again): what live nodes hold for it goes to it, and what it holds
-        for live nodes goes to them."""
+        for live nodes goes to them; when replicating, it drops what it no longer owns and
+        catches up as a replica."""
         with self.lock:
             if not node.alive or node.removed:
                 return
+            if self.replication is not None:
+                self.replication.node_returned(node)
             for holder in self.nodes:
                 if holder.removed or not holder.alive:
                     continue
@@ -969,18 +1039,7 @@ class Cluster:
     def _save_members(self) -> None:
         if self.data_dir is None:
             return
-        path = self._members_path()
-        tmp = path.with_name(path.name + ".partial")
-        with open(tmp, "wb") as out:
-            out.write(json.dumps({"members": self.members}).encode())
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_json_atomic(self._members_path(), {"members": self.members})
 
     def describe_routes(self) -> dict[str, Any]:
         """Each route with its strategy, its OUT queue on every node, and what waits for which

@@ -39,7 +39,7 @@ from typing import Any
 
 from pyspark_s2s.server.flowfile import Content, FlowFile, WireFlowFile
 
-__all__ = ["NodeStore"]
+__all__ = ["NodeStore", "write_json_atomic"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +52,18 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Replace ``path`` with ``obj`` as JSON, all or nothing after a crash: written as
+    ``.partial``, fsynced, renamed, the directory fsynced."""
+    tmp = path.with_name(path.name + ".partial")
+    with open(tmp, "wb") as out:
+        out.write(json.dumps(obj).encode())
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
 
 
 class NodeStore:
@@ -223,6 +235,22 @@ class NodeStore:
         kept = {ff.id for ffs in add.values() for ff in ffs}  # moved within this node
         self._unlink_unused([ff for ffs in remove.values() for ff in ffs if ff.id not in kept])
 
+    def queue_names(self) -> list[str]:
+        """The names of the queues that hold FlowFiles."""
+        return [name for name, items in self._queues.items() if items]
+
+    def drop_queues(self, names: list[str]) -> None:
+        """Empty whole queues in one journal record (a replicating node dropping the buckets it
+        no longer owns, without their FlowFiles in memory); their content files go as in
+        :meth:`remove`."""
+        remove = {name: [item[0] for item in self._queues.get(name, [])] for name in names}
+        remove = {name: ids for name, ids in remove.items() if ids}
+        if not remove:
+            return
+        files = {item[3] if len(item) > 3 else item[0] for name in remove for item in self._queues[name]}
+        self._record({"op": "batch", "remove": remove})
+        self._unlink_files(files)
+
     def remove(self, port: str, flowfiles: list[Any]) -> None:
         if not flowfiles:
             return
@@ -231,7 +259,10 @@ class NodeStore:
 
     def _unlink_unused(self, flowfiles: list[Any]) -> None:
         """Delete the content files of removed FlowFiles that no queued FlowFile still uses."""
-        names = {ff[5] if type(ff) is WireFlowFile else ff.id for ff in flowfiles}
+        self._unlink_files({ff[5] if type(ff) is WireFlowFile else ff.id for ff in flowfiles})
+
+    def _unlink_files(self, names: set[str]) -> None:
+        """Delete these content files, except run files that queued FlowFiles still use."""
         for name in names:
             if self._runs.get(name, 0) > 0:
                 continue  # a run file still holds queued FlowFiles

@@ -37,6 +37,7 @@ from pyspark_s2s.errors import (
     ProtocolError,
     S2SError,
     UnauthorizedError,
+    UnderReplicatedError,
     UnknownPortError,
 )
 from pyspark_s2s.protocol import raw
@@ -292,6 +293,9 @@ class RawConnection:
                 return True
             except PortNotRunningError:
                 self._send(raw.encode_response(ResponseCode.PORT_NOT_IN_VALID_STATE, "Port not running"))
+                return True
+            except UnderReplicatedError as exc:  # --replicas: too few live nodes to copy a send to
+                self._send(raw.encode_response(ResponseCode.PORT_NOT_IN_VALID_STATE, exc.message))
                 return True
             except PortDestinationFullError:
                 if self.version > 1:

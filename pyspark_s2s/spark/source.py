@@ -183,6 +183,18 @@ def _resolve_pending(opts: SparkOptions, staging: StagingArea, m: RoundManifest)
                 "arrive again if NiFi had rolled the transaction back)",
                 m.scope, m.partition, handle.transaction_id, handle.peer, elapsed, m.ttl)
             resolution = Resolution.AMBIGUOUS_KEPT
+    except PeerUnreachableError:
+        if _still_listed(client, m.peer):
+            raise  # the node lives but cannot be reached from here: a later retry settles it
+        # the node is gone from the cluster (lost, or restarting): its open transactions do not
+        # survive that, so no retry could get an answer but "not found". Keep the rows (a possible
+        # duplicate, if the node had not committed) rather than wait for a node that may never return.
+        logger.warning(
+            "partition %s/%d: node %s, which holds transaction %s, is no longer in the cluster's peer "
+            "list; its confirm outcome cannot be known, so the staged FlowFiles are kept (they may "
+            "arrive again if the node had not committed)",
+            m.scope, m.partition, m.peer, handle.transaction_id)
+        resolution = Resolution.AMBIGUOUS_KEPT
     except ChecksumMismatch:
         staging.delete_round(m)
         return None
@@ -191,6 +203,16 @@ def _resolve_pending(opts: SparkOptions, staging: StagingArea, m: RoundManifest)
     confirmed = m.confirmed(resolution)
     staging.write_manifest(confirmed)
     return confirmed
+
+
+def _still_listed(client: SiteToSiteClient, peer: str) -> bool:
+    """Whether ``peer`` ("host:port") is in a fresh peer list of the cluster (asked of any node
+    that answers); True when no node answers (nothing is known, so nothing is concluded)."""
+    try:
+        statuses = client.peer_statuses(Direction.RECEIVE, refresh=True)
+    except S2SError:
+        return True
+    return any(f"{p.hostname}:{p.port}" == peer for p, _ in statuses)
 
 
 def read_partition(opts: SparkOptions, schema: Any, part: NiFiPartition,

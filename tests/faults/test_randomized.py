@@ -44,6 +44,19 @@ def test_every_fault_kind_in_turn() -> None:
     assert totals.server_kills == 1
 
 
+def test_replicated_cluster_takes_over_a_lost_node_while_it_is_down() -> None:
+    """``--replicas 1`` over 3 nodes: every node_down round is read whole while its node is still
+    down (its buckets served by their new owners), a crash of the whole server comes back with the
+    ownership map, and the returning nodes serve nothing twice."""
+    seed = _seed()
+    schedule = ["node_down", "kill_server", "node_down", "drop_download", "node_down"]
+    run = RandomizedRun(seed=seed, rounds=len(schedule), nodes=3, ids_per_round=200, schedule=schedule, replicas=1)
+    totals = run.run()
+    assert (totals.moved, totals.lost) == (200 * len(schedule), 0), f"seed {seed}: {totals}"
+    assert totals.duplicated <= totals.in_doubt, f"seed {seed}: {totals}"
+    assert totals.buckets_taken_over >= 1, f"seed {seed}: {totals}"
+
+
 def test_a_lost_flowfile_is_caught_and_names_the_seed(monkeypatch: pytest.MonkeyPatch) -> None:
     """The driver's own check works: a FlowFile the consumer drops (a stand-in for a loss,
     which the real parts do not produce) fails the round, naming the seed and the missing id."""
