@@ -1094,8 +1094,14 @@ class RawReader:
         dec = self._decoder
         if dec is None:
             raise ProtocolError("read_packet_run() without start_packets()")
-        if self._frames is not None or self._section is not _Section.PACKET or not dec.between_packets:
+        if self._frames is not None or not dec.between_packets:
             return None
+        if self._section is _Section.INDICATOR:
+            # after a packet read by read_packet_event (the one that spanned a receive): its
+            # CONTINUE, when it is there, brings the next run back to this path
+            if not dec.skip_prefix(_CONTINUE):
+                return None
+            self._section = _Section.PACKET
         with dec.peek_buffered() as view:
             if len(view) < 12:
                 return None

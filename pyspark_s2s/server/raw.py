@@ -378,12 +378,18 @@ class RawConnection:
         try:
             reader.start_packets(props.compress)
             base = self.bytes_in - reader.buffered  # where the packet section started
+            # whole small packets in bulk runs, kept in wire form (as the HTTP upload does);
+            # packet by packet while a fault counts packets or bytes
+            runs = fault is None and not props.compress
             while True:
+                if runs and (run := reader.read_packet_run()) is not None:
+                    upload.run(run)
+                    continue
                 ev = reader.read_packet_event()
                 if isinstance(ev, NeedData):
                     if fault is not None and fault.kind == "drop_mid_body" and self.bytes_in - base >= fault.after_bytes:
                         raise _Close()
-                    self._receive(self.idle_timeout, READ_SIZE if upload.in_packet else PACKET_READ_SIZE)
+                    self._receive(self.idle_timeout, READ_SIZE if runs or upload.in_packet else PACKET_READ_SIZE)
                     continue
                 if isinstance(ev, raw.PacketsFinished):
                     checksum = ev.checksum
