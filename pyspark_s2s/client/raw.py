@@ -70,7 +70,6 @@ from pyspark_s2s.protocol.codec import (
     NeedData,
     PacketEnd,
     PacketStart,
-    decode_packets,
 )
 from pyspark_s2s.protocol.codes import Direction, ResponseCode
 from pyspark_s2s.protocol.peers import PeerStatus
@@ -959,13 +958,13 @@ class RawReceiveTransaction(_RawTransaction):
             return queued.popleft()
         reader = self._conn.reader
         if reader.in_packets and not self.use_compression:
-            # whole small packets already received come in bulk (their CRC taken in one call)
+            # the packets already received in one call (the markers between them skipped there)
             try:
-                run = reader.read_packet_run()
+                events = reader.read_packets()
             except S2SError as exc:
                 raise self._fail(exc.with_context(peer=self.peer_url)) from None
-            if run is not None:
-                queued.extend(decode_packets(run.data))
+            if events:
+                queued.extend(events)
                 return queued.popleft()
         ev = self._read(reader.read_packet_event, "the next packet")
         if isinstance(ev, Response):  # a CANCEL: NiFi's server never sends one on RECEIVE

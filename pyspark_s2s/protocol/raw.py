@@ -80,7 +80,7 @@ from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, chain, repeat
-from operator import sub
+from operator import add, mul, sub
 from typing import Final, TypeVar
 
 from pyspark_s2s.errors import ChecksumMismatch, ProtocolError
@@ -453,10 +453,10 @@ class RawPacketWriter:
     ``packet(attributes, content)`` returns the bytes of one packet (a compression frame of its
     own with ``compress``), preceded by CONTINUE_TRANSACTION unless it is the first;
     ``append_packet`` appends the same to a caller's buffer; ``begin`` / ``content`` / ``end`` do
-    it for content that streams; ``encoded``, ``encoded_packet`` and ``wire_packets`` take packets
-    the caller encoded itself. ``finish()`` returns FINISH_TRANSACTION; at least one packet must
-    come first (NiFi's client refuses to confirm an empty transaction, and a sender of
-    RECEIVE_FLOWFILES answers NO_MORE_DATA instead). ``checksum`` is the CRC32 of the uncompressed
+    it for content that streams; ``encoded``, ``encoded_packet``, ``wire_packets`` and
+    ``contiguous`` take packets the caller encoded itself. ``finish()`` returns
+    FINISH_TRANSACTION; at least one packet must come first (NiFi's client refuses to confirm an
+    empty transaction, and a sender of RECEIVE_FLOWFILES answers NO_MORE_DATA instead). ``checksum`` is the CRC32 of the uncompressed
     packet bytes (never the markers), the value the receiver must confirm.
     """
 
@@ -598,6 +598,20 @@ class RawPacketWriter:
         self._crc = crc
         self._packets += len(packets)
         return out
+
+    def contiguous(self, buf: bytes | bytearray, start: int, stops: Sequence[int]) -> bytes:
+        """Whole uncompressed packets lying back to back in ``buf`` from ``start``, packet ``i``
+        ending at ``stops[i]`` (a run of FlowFiles the server keeps in wire form): their wire
+        bytes, CONTINUE between them (and first where needed), in one buffer, checksummed in
+        one call. No Python code runs per packet. Not with compression."""
+        if self.compress:
+            raise ProtocolError("pre-encoded packets cannot be sent with compression (one frame per packet)")
+        lead = self._lead()
+        with memoryview(buf) as view:
+            self._crc = crc32(view[start : stops[-1]], self._crc)
+            wire = self._CONTINUE.join(map(view.__getitem__, map(slice, [start, *stops[:-1]], stops)))
+        self._packets += len(stops)
+        return lead + wire if lead else wire
 
     def encoded(
         self, parts: Sequence[bytes | bytearray | memoryview], packets: int
@@ -1115,14 +1129,15 @@ class RawReader:
         n = len(counts)
         if not n:
             return None
-        # packet i ends at its last offset; the next one starts 3 bytes (the CONTINUE) later
-        lasts = list(accumulate([2 * c + 2 for c in counts]))
-        stops = [ends[j - 1] for j in lasts]
-        starts = [0, *[e + 3 for e in stops[:-1]]]
+        # packet i has 2 * count + 2 offsets and ends at its last; the next one starts 3 bytes
+        # (the CONTINUE) later. Every step is a map over the run (no Python code per packet).
+        sizes = list(map(add, map(mul, counts, repeat(2)), repeat(2)))
+        stops = list(map(ends.__getitem__, map(sub, accumulate(sizes), repeat(1))))
+        starts = [0, *map(add, stops[:-1], repeat(3))]
         view = memoryview(buf)
         data = b"".join(map(view.__getitem__, map(slice, starts, stops)))
         # back to back: packet i moves 3 * i bytes to the front
-        all_ends = array("q", map(sub, ends, chain.from_iterable(repeat(3 * i, 2 * c + 2) for i, c in enumerate(counts))))
+        all_ends = array("q", map(sub, ends, chain.from_iterable(map(repeat, range(0, 3 * n, 3), sizes))))
         if buf.startswith(_CONTINUE, end):
             consumed = end + 3
         else:  # FINISH, CANCEL, something else or not all there yet: for read_packet_event
@@ -1130,6 +1145,43 @@ class RawReader:
             self._section = _Section.INDICATOR
         dec.skip_packets(consumed, data, n)
         return PacketRun(data, all_ends, counts)
+
+    def read_packets(self, max_events: int = 4096) -> list[PacketEvent]:
+        """Bulk path of :meth:`read_packet_event` for uncompressed sections: the packet events
+        decodable now, each packet's CONTINUE_TRANSACTION consumed (whole packets as
+        :class:`DataPacket`; a large one's :class:`PacketStart` ends the list). Empty when the
+        next thing is for :meth:`read_packet_event` (more bytes, FINISH or another code, a
+        compressed section); the two may be mixed freely. What a client's per-packet
+        ``receive()`` uses: one decoder call per packet, as over HTTP."""
+        if self._failed:
+            raise ProtocolError("RAW reader already failed")
+        dec = self._decoder
+        if dec is None:
+            raise ProtocolError("read_packets() without start_packets()")
+        out: list[PacketEvent] = []
+        if self._frames is not None or not dec.between_packets:
+            return out
+        append = out.append
+        skip = dec.skip_prefix
+        decode = dec.next_event
+        after_packet = self._section is _Section.INDICATOR
+        try:
+            for _ in range(max_events):
+                if after_packet and not skip(_CONTINUE):
+                    break
+                ev = decode()
+                if ev is NEED_DATA:  # a packet partly decoded stays with read_packet_event
+                    after_packet = False
+                    break
+                append(ev)
+                after_packet = type(ev) is DataPacket
+                if not after_packet:  # a large packet's start: its content streams
+                    break
+        except ProtocolError:
+            self._failed = True
+            raise
+        self._section = _Section.INDICATOR if after_packet else _Section.PACKET
+        return out
 
     def _packet_event(self, dec: PacketDecoder) -> PacketEvent:
         while True:

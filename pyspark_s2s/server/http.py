@@ -55,16 +55,13 @@ from pyspark_s2s.server.faults import Fault
 from pyspark_s2s.server.httpio import (
     READ_SIZE,
     UPLOAD_READ_SIZE,
-    WRITE_BUFFER,
     ChunkedWriter,
     RequestBody,
 )
 from pyspark_s2s.server.model import (
-    FlowFile,
     Node,
     Port,
     Transaction,
-    WireFlowFile,
 )
 from pyspark_s2s.server.tls import peer_dn
 
@@ -105,58 +102,6 @@ def _acceptable(accept_headers: list[str], produces: str) -> bool:
         if media in ("*/*", "*", produces, f"{main}/*"):
             return True
     return False
-
-
-#: large content leaves in HTTP chunks of about this size (its 64 KiB pieces gathered, not copied)
-GATHER_SIZE = 256 * 1024
-
-
-def _write_flowfiles(out: ChunkedWriter, encoder: PacketStreamEncoder, flowfiles: list[FlowFile]) -> None:
-    """Encode ``flowfiles`` onto ``out``. Wire-form FlowFiles that lie back to back in one
-    buffer (one upload's run) go out as one slice of it, checksummed in one call."""
-    run: bytes | None = None
-    start = stop = count = 0
-
-    def flush_run() -> None:
-        assert run is not None
-        with memoryview(run) as view:
-            out.write(encoder.encoded(view[start:stop], count))
-
-    for ff in flowfiles:
-        if type(ff) is WireFlowFile and not encoder.compress:
-            buf, s, e = ff[0], ff[1], ff[2]
-            if buf is run and s == stop:
-                stop = e
-                count += 1
-                continue
-            if run is not None:
-                flush_run()
-            run, start, stop, count = buf, s, e, 1
-            continue
-        if run is not None:
-            flush_run()
-            run = None
-        out.write(encoder.begin(ff.attributes, ff.size))
-        gathered: list[bytes] = []
-        pending = 0
-        for piece in ff.content.chunks():
-            piece = encoder.content(piece)
-            if len(piece) < WRITE_BUFFER:  # small pieces (compressed, or small content): the writer coalesces them
-                if gathered:
-                    out.write_gathered(gathered)
-                    gathered, pending = [], 0
-                out.write(piece)
-                continue
-            gathered.append(piece)
-            pending += len(piece)
-            if pending >= GATHER_SIZE:
-                out.write_gathered(gathered)
-                gathered, pending = [], 0
-        if gathered:
-            out.write_gathered(gathered)
-        out.write(encoder.end())
-    if run is not None:
-        flush_run()
 
 
 # -- the server -------------------------------------------------------------------------------
@@ -756,7 +701,7 @@ class S2SHandler(BaseHTTPRequestHandler):
             out = ChunkedWriter(self.wfile, self.connection)
             batch = download.next_batch()
             while batch:
-                _write_flowfiles(out, encoder, batch)
+                core.write_flowfiles(out, encoder, batch)
                 if fault is not None and encoder.packets == fault.after_packets:
                     if fault.kind == "drop_mid_body":
                         out.flush()

@@ -27,7 +27,7 @@ import socketserver
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from pyspark_s2s.errors import (
@@ -46,7 +46,7 @@ from pyspark_s2s.protocol.negotiation import HandshakeProperties
 from pyspark_s2s.protocol.peers import PeerStatus
 from pyspark_s2s.server import core
 from pyspark_s2s.server.faults import Fault, FaultRegistry
-from pyspark_s2s.server.model import FlowFile, Node, Port, WireFlowFile
+from pyspark_s2s.server.model import Node, Port
 from pyspark_s2s.server.tls import peer_dn
 
 __all__ = ["FAULT_METHOD", "RawApp", "RawConnection", "RawNodeServer"]
@@ -207,6 +207,14 @@ class RawConnection:
             self._out_size += len(data)
         if flush or self._out_size >= SEND_BUFFER:
             self._flush()
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Packet bytes of a download (:func:`core.write_flowfiles`): gathered, sent when enough."""
+        self._send(data, flush=False)
+
+    def write_gathered(self, pieces: Sequence[bytes | bytearray | memoryview]) -> None:
+        for piece in pieces:
+            self._send(piece, flush=False)
 
     def _flush(self) -> None:
         if self._small:
@@ -450,7 +458,7 @@ class RawConnection:
             self._send(raw.encode_response(ResponseCode.MORE_DATA), flush=False)
             batch = download.next_batch()
             while batch:
-                self._write_flowfiles(writer, batch)
+                core.write_flowfiles(self, writer, batch)
                 if fault is not None and writer.packets >= fault.after_packets:
                     if fault.kind == "drop_mid_body":
                         self._flush()
@@ -494,20 +502,3 @@ class RawConnection:
             download.fail_if_held(f"unexpected {response.code.name} instead of TRANSACTION_FINISHED")
             raise ProtocolError(f"expected TRANSACTION_FINISHED, got {response.code.name}")
         core.commit_receive(self.app, tx)
-
-    def _write_flowfiles(self, writer: raw.RawPacketWriter, batch: list[FlowFile]) -> None:
-        """Each FlowFile as one packet (CONTINUE before all but the first): wire-form ones as the
-        slice of their buffer, others from their attributes and content pieces."""
-        for ff in batch:
-            if type(ff) is WireFlowFile and not writer.compress:
-                buf, start, end = ff.wire
-                for piece in writer.encoded_packet([memoryview(buf)[start:end]]):
-                    self._send(piece, flush=False)
-                continue
-            if ff.size < _SMALL_PIECE:  # one piece: header and content encoded together
-                self._send(writer.packet(ff.attributes, ff.content.read_all()), flush=False)
-                continue
-            self._send(writer.begin(ff.attributes, ff.size), flush=False)
-            for piece in ff.content.chunks():
-                self._send(writer.content(piece), flush=False)
-            self._send(writer.end(), flush=False)
