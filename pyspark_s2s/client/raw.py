@@ -70,6 +70,7 @@ from pyspark_s2s.protocol.codec import (
     NeedData,
     PacketEnd,
     PacketStart,
+    encode_packet_header,
 )
 from pyspark_s2s.protocol.codes import Direction, ResponseCode
 from pyspark_s2s.protocol.peers import PeerStatus
@@ -688,6 +689,11 @@ class RawSendTransaction(_RawTransaction):
         self._writer = RawPacketWriter(self.use_compression)
         # the request goes out with the first packets (a cancel before any packet sends nothing)
         self._pending = bytearray(encode_request(RequestType.SEND_FLOWFILES))
+        # whole small packets not through the writer yet: their codec bytes back to back and
+        # where each ends; marked, checksummed and counted in one call (``_settle``), as the
+        # HTTP send takes its CRC over the whole pending chunk
+        self._plain = bytearray()
+        self._stops: list[int] = []
         self._sent_any = False
         self._mid_packet = False
         self._server_crc: str | None = None
@@ -695,9 +701,19 @@ class RawSendTransaction(_RawTransaction):
     @property
     def checksum(self) -> int:
         """Our CRC32 of everything sent so far."""
+        self._settle()
         return self._writer.checksum
 
+    def _settle(self) -> None:
+        """The small packets :meth:`send` gathered go through the writer (before any other
+        writer call, so that the CRC and the markers keep the packets' order)."""
+        if self._stops:
+            self._pending += self._writer.contiguous(self._plain, 0, self._stops)
+            self._plain = bytearray()
+            self._stops = []
+
     def _flush(self) -> None:
+        self._settle()
         if self._pending:
             data = self._pending
             self._pending = bytearray()
@@ -705,6 +721,7 @@ class RawSendTransaction(_RawTransaction):
             self._sent_any = True
 
     def _out(self, data: bytes | bytearray | memoryview) -> None:
+        self._settle()
         if len(data) >= _DIRECT:
             self._flush()
             view = memoryview(data)
@@ -732,7 +749,10 @@ class RawSendTransaction(_RawTransaction):
              attributes: Mapping[str, str] | None = None, length: int | None = None) -> None:
         """Send one FlowFile (bytes, str as UTF-8, or a binary file-like object streamed in
         slices; its length from ``length`` or the file)."""
-        self._begin_send()
+        machine = self._machine
+        if machine.state is not ClientState.DATA_EXCHANGED or self._failure is not None:
+            with self._lock:
+                self._check(ClientEvent.SEND_PACKET)
         attrs: Mapping[str, str] = attributes if attributes is not None else {}
         if isinstance(content, str):
             content = content.encode("utf-8")
@@ -741,7 +761,22 @@ class RawSendTransaction(_RawTransaction):
                 if not isinstance(content, bytes):
                     content = bytes(content)
                 size = len(content)
-                if size < _DIRECT:
+                if size < _DIRECT and not self.use_compression:
+                    # the hot path for small FlowFiles (as over HTTP): header and content
+                    # appended, the CRC and the CONTINUE markers added per chunk in _settle
+                    try:
+                        header = encode_packet_header(attrs, size)
+                    except (AttributeError, TypeError):
+                        _check_attributes(attrs)
+                        raise
+                    plain = self._plain
+                    plain += header
+                    plain += content
+                    self._stops.append(len(plain))
+                    if len(plain) >= SEND_CHUNK:
+                        self._flush()
+                elif size < _DIRECT:
+                    self._settle()
                     try:
                         self._writer.append_packet(self._pending, attrs, content)
                     except (AttributeError, TypeError):
@@ -759,9 +794,13 @@ class RawSendTransaction(_RawTransaction):
                 size = self._send_stream(content, attrs, length)
         except S2SError as exc:
             raise self._fail(exc) from None
-        self._sent(1, size)
+        if machine.state is not ClientState.DATA_EXCHANGED:
+            self._handle(ClientEvent.SEND_PACKET)
+        self.flow_files += 1
+        self.bytes += size
 
     def _begin(self, attrs: Mapping[str, str], size: int) -> bytes:
+        self._settle()
         try:
             return self._writer.begin(attrs, size)
         except (AttributeError, TypeError):
@@ -803,6 +842,7 @@ class RawSendTransaction(_RawTransaction):
         :meth:`send`. Not with ``useCompression`` (use :meth:`send_encoded_packets`)."""
         self._begin_send()
         try:
+            self._settle()
             for piece in self._writer.encoded(parts, flow_files):
                 self._out(piece)
         except S2SError as exc:
@@ -814,6 +854,7 @@ class RawSendTransaction(_RawTransaction):
         ``useCompression`` each becomes its own compression frame."""
         self._begin_send()
         try:
+            self._settle()
             for packet in packets:
                 for piece in self._writer.encoded_packet(packet):
                     self._out(piece)
@@ -828,6 +869,7 @@ class RawSendTransaction(_RawTransaction):
         with self._lock:
             self._check(ClientEvent.CONFIRM)
         try:
+            self._settle()
             self._pending += self._writer.finish()
             self._flush()
         except S2SError as exc:
@@ -886,6 +928,7 @@ class RawSendTransaction(_RawTransaction):
         conn = self._conn
         if not self._sent_any:
             self._pending.clear()
+            self._stops.clear()
             self._finished()
             return
         try:
