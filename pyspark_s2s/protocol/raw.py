@@ -76,10 +76,9 @@ from __future__ import annotations
 import enum
 import re
 import struct
-from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, chain, repeat
+from itertools import accumulate, repeat
 from operator import add, mul, sub
 from typing import Final, TypeVar
 
@@ -1129,22 +1128,21 @@ class RawReader:
         n = len(counts)
         if not n:
             return None
-        # packet i has 2 * count + 2 offsets and ends at its last; the next one starts 3 bytes
-        # (the CONTINUE) later. Every step is a map over the run (no Python code per packet).
-        sizes = list(map(add, map(mul, counts, repeat(2)), repeat(2)))
-        stops = list(map(ends.__getitem__, map(sub, accumulate(sizes), repeat(1))))
+        # ``ends`` are already those of the packets back to back; packet i has 2 * count + 2
+        # of them and ends at its last, 3 * i bytes (the CONTINUEs before it) further on in buf,
+        # where the next one starts 3 bytes later. Maps over the run, no Python code per packet.
+        lasts = accumulate(map(add, map(mul, counts, repeat(2)), repeat(2)))
+        stops = list(map(add, map(ends.__getitem__, map(sub, lasts, repeat(1))), range(0, 3 * n, 3)))
         starts = [0, *map(add, stops[:-1], repeat(3))]
         view = memoryview(buf)
         data = b"".join(map(view.__getitem__, map(slice, starts, stops)))
-        # back to back: packet i moves 3 * i bytes to the front
-        all_ends = array("q", map(sub, ends, chain.from_iterable(map(repeat, range(0, 3 * n, 3), sizes))))
         if buf.startswith(_CONTINUE, end):
             consumed = end + 3
         else:  # FINISH, CANCEL, something else or not all there yet: for read_packet_event
             consumed = end
             self._section = _Section.INDICATOR
         dec.skip_packets(consumed, data, n)
-        return PacketRun(data, all_ends, counts)
+        return PacketRun(data, ends, counts)
 
     def read_packets(self, max_events: int = 4096) -> list[PacketEvent]:
         """Bulk path of :meth:`read_packet_event` for uncompressed sections: the packet events
