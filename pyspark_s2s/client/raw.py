@@ -35,7 +35,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from pyspark_s2s.client.config import SiteToSiteClientConfig
@@ -47,7 +47,9 @@ from pyspark_s2s.client.transaction import (
     TransactionCompletion,
     TransactionHandle,
     _check_attributes,
+    _ReceiveBase,
     _stream_length,
+    _TransactionBase,
 )
 from pyspark_s2s.errors import (
     ChecksumMismatch,
@@ -102,7 +104,6 @@ from pyspark_s2s.protocol.transaction import (
     CLIENT_SEND,
     ClientEvent,
     ClientState,
-    TransactionStateMachine,
 )
 from pyspark_s2s.protocol.urls import format_host
 
@@ -532,39 +533,23 @@ class RawTransport:
 # -- transactions --------------------------------------------------------------------------------
 
 
-class _RawTransaction:
-    """What both RAW transactions share: state machine, context, the connection's fate."""
-
-    direction: Direction
-    _table: Any
+class _RawTransaction(_TransactionBase):
+    """What both RAW transactions add to the shared base: the connection and its fate."""
 
     def __init__(self, *, transport: RawTransport, conn: RawConnection, port_id: str, port_name: str | None,
                  use_compression: bool, on_close: Callable[[Any], None] | None = None) -> None:
+        conn.transactions += 1
+        transaction_id = f"{conn.communications_id}-{conn.transactions}"
+        super().__init__(
+            peer=conn.peer, port_id=port_id, port_name=port_name,
+            # no URL in RAW: the peer, the port and the transaction, for logs, handles and errors
+            transaction_url=f"{conn.name}/{port_id}/{transaction_id}", transaction_id=transaction_id,
+            # the server's time limit for this client's next message (the handshake's request expiration)
+            ttl_seconds=max(1, int(transport.config.idle_expiration)),
+            use_compression=use_compression, on_close=on_close,
+        )
         self._transport = transport
         self._conn = conn
-        self.peer = conn.peer
-        self.port_id = port_id
-        self.port_name = port_name or port_id
-        conn.transactions += 1
-        self.transaction_id = f"{conn.communications_id}-{conn.transactions}"
-        #: no URL in RAW: the peer, the port and the transaction, for logs, handles and errors
-        self.transaction_url = f"{conn.name}/{port_id}/{self.transaction_id}"
-        #: the server's time limit for this client's next message (the handshake's request expiration)
-        self.ttl_seconds = max(1, int(transport.config.idle_expiration))
-        self.use_compression = use_compression
-        self._on_close = on_close
-        self._lock = threading.RLock()
-        self._machine: TransactionStateMachine[ClientState, ClientEvent] = TransactionStateMachine(
-            self._table, ClientState.STARTED, transaction=self.transaction_id)
-        self._failure: S2SError | None = None
-        self._created = time.monotonic()
-        self.flow_files = 0
-        self.bytes = 0
-
-    # -- context ---------------------------------------------------------------------------------
-    @property
-    def state(self) -> ClientState:
-        return self._machine.state
 
     @property
     def peer_url(self) -> str:
@@ -575,48 +560,9 @@ class _RawTransaction:
         """Always 0: RAW transactions have no TTL to extend."""
         return 0
 
-    def _ctx(self) -> dict[str, Any]:
-        return {"peer": self.peer_url, "port": self.port_name, "transaction": self.transaction_id}
-
-    def _err(self, exc: S2SError) -> S2SError:
-        return exc.with_context(**self._ctx())
-
-    def _check(self, event: ClientEvent) -> None:
-        if self._machine.can(event):
-            return
-        if self._failure is not None:
-            raise TransactionStateError(
-                f"Cannot {event.name.lower().replace('_', ' ')}: the transaction failed earlier: "
-                f"{self._failure.message}", **self._ctx()) from self._failure
-        try:
-            self._machine.handle(event)
-        except TransactionStateError as exc:
-            raise self._err(exc) from None
-
-    def _handle(self, event: ClientEvent) -> None:
-        with self._lock:
-            self._check(event)
-            self._machine.handle(event)
-
-    def _fail(self, exc: S2SError) -> S2SError:
-        """Move to ERROR and drop the connection (the server rolls back what it held)."""
-        err = self._err(exc)
-        with self._lock:
-            first = self._failure is None
-            if first:
-                self._failure = err
-            if self._machine.can(ClientEvent.FAIL):
-                self._machine.handle(ClientEvent.FAIL)
-        if first:
-            self._conn.close()
-            self._closed()
-        assert self._failure is not None
-        return self._failure
-
-    def _closed(self) -> None:
-        if self._on_close is not None:
-            self._on_close(self)
-            self._on_close = None
+    def _drop_io(self) -> None:
+        """A failure drops the connection (the server rolls back what it held)."""
+        self._conn.close()
 
     def _finished(self) -> None:
         """The transaction ended cleanly: its connection goes back to the pool."""
@@ -640,35 +586,11 @@ class _RawTransaction:
         if self._machine.is_terminal:
             raise TransactionStateError("transaction is finished", **self._ctx())
 
-    def __enter__(self) -> Any:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if self._machine.is_terminal:
-            return
-        reason = f"{exc_type.__name__}: {exc}" if exc_type is not None else "transaction left open"
-        try:
-            self.cancel(reason)  # type: ignore[attr-defined]
-        except S2SError as cancel_exc:
-            if exc_type is None:
-                raise
-            logger.warning("cancel after %s failed: %s", reason, cancel_exc)
-
-    def _completion(self, response_code: int, checksum: int, backoff: bool = False) -> TransactionCompletion:
-        return TransactionCompletion(
-            flow_files=self.flow_files, bytes=self.bytes, backoff=backoff,
-            duration=time.monotonic() - self._created, peer=self.peer_url,
-            transaction_url=self.transaction_url, response_code=response_code, checksum=checksum)
-
     def _unexpected(self, response: Response, expected: str) -> S2SError:
         return ProtocolError(
             f"{self.peer_url} answered {response.code.name} ({int(response.code)})"
             + (f": {response.message}" if response.message else "") + f"; expected {expected}",
             response_code=int(response.code))
-
-    def __repr__(self) -> str:
-        return (f"{type(self).__name__}(peer={self.peer_url!r}, transaction={self.transaction_id!r}, "
-                f"state={self.state.name}, flow_files={self.flow_files})")
 
 
 class RawSendTransaction(_RawTransaction):
@@ -948,7 +870,7 @@ class RawSendTransaction(_RawTransaction):
             self._closed()
 
 
-class RawReceiveTransaction(_RawTransaction):
+class RawReceiveTransaction(_ReceiveBase, _RawTransaction):
     """Receives FlowFiles from an output port over a RAW connection (interface of
     :class:`~pyspark_s2s.client.transaction.ReceiveTransaction`).
 
@@ -964,7 +886,7 @@ class RawReceiveTransaction(_RawTransaction):
         super().__init__(**kw)
         self.has_data = False
         self._requested = False
-        self._queued: deque[DataPacket] = deque()
+        self._queued: deque[Any] = deque()
         self._mode: str | None = None
         self._streaming: StreamedPacket | None = None
         self._checksum = 0
@@ -988,13 +910,6 @@ class RawReceiveTransaction(_RawTransaction):
         self.has_data = True
         reader.start_packets(self.use_compression)
 
-    def _set_mode(self, mode: str) -> None:
-        if self._mode is None:
-            self._mode = mode
-        elif self._mode != mode:
-            raise TransactionStateError(
-                "receive() and receive_record_batch() cannot be mixed in one transaction", **self._ctx())
-
     def _next_event(self) -> Any:
         queued = self._queued
         if queued:
@@ -1014,64 +929,16 @@ class RawReceiveTransaction(_RawTransaction):
             raise self._fail(self._unexpected(ev, "packets and CONTINUE/FINISH_TRANSACTION"))
         return ev
 
-    def _next_content_chunk(self) -> bytes | None:
-        ev = self._next_event()
-        if isinstance(ev, ContentChunk):
-            self.bytes += len(ev.data)
-            return ev.data
-        if isinstance(ev, PacketEnd):
-            self._streaming = None
-            return None
-        raise self._fail(ProtocolError("stream ended inside a packet's content"))
-
     def _ended(self, ev: PacketsFinished) -> None:
         self._checksum = ev.checksum
         self._handle(ClientEvent.RECEIVE_END)
 
-    def receive(self, *, stream: bool = False) -> DataPacket | StreamedPacket | None:
-        """The next FlowFile, or None after the server's FINISH_TRANSACTION. Content up to 1 MiB
-        arrives whole; larger content too unless ``stream=True`` (a :class:`StreamedPacket`)."""
-        machine = self._machine
-        if machine.state is not ClientState.DATA_EXCHANGED or self._failure is not None:
-            with self._lock:
-                if machine.state is ClientState.DATA_RECEIVED:
-                    return None
-                self._check(ClientEvent.RECEIVE_PACKET)
-        self._set_mode("packets")
-        if self._streaming is not None:
-            for _ in self._streaming.chunks():
-                pass
-            self._streaming = None
+    def _packet_event(self) -> Any:
         ev = self._next_event()
         if isinstance(ev, PacketsFinished):
             self._ended(ev)
             return None
-        if isinstance(ev, DataPacket):
-            if machine.state is not ClientState.DATA_EXCHANGED:
-                self._handle(ClientEvent.RECEIVE_PACKET)
-            self.flow_files += 1
-            self.bytes += len(ev.content)
-            if stream:
-                return StreamedPacket(self, dict(ev.attributes), len(ev.content), first=ev.content)  # type: ignore[arg-type]
-            return ev
-        if isinstance(ev, PacketStart):
-            if machine.state is not ClientState.DATA_EXCHANGED:
-                self._handle(ClientEvent.RECEIVE_PACKET)
-            self.flow_files += 1
-            packet = StreamedPacket(self, dict(ev.attributes), ev.content_length)  # type: ignore[arg-type]
-            if stream:
-                self._streaming = packet
-                return packet
-            return DataPacket(packet.attributes, packet.read_all())
-        raise self._fail(ProtocolError(f"unexpected decoder event {ev!r}"))
-
-    def __iter__(self) -> Iterator[DataPacket]:
-        while True:
-            pkt = self.receive()
-            if pkt is None:
-                return
-            assert isinstance(pkt, DataPacket)
-            yield pkt
+        return ev
 
     def receive_record_batch(self, max_rows: int = 16384, max_bytes: int = 64 << 20) -> pa.RecordBatch | None:
         """Up to ``max_rows`` FlowFiles (stopping after ``max_bytes`` of content) as one Arrow
@@ -1153,13 +1020,7 @@ class RawReceiveTransaction(_RawTransaction):
         """CONFIRM_TRANSACTION with our CRC; the server answers CONFIRM (equal) or BAD_CHECKSUM
         (:class:`ChecksumMismatch`; it rolled back); then TRANSACTION_FINISHED, on which the
         server commits (the FlowFiles leave its queue). With no data nothing is sent."""
-        with self._lock:
-            if not self._machine.can(ClientEvent.CONFIRM) and self._failure is None and \
-                    self._machine.state in (ClientState.STARTED, ClientState.DATA_EXCHANGED):
-                raise TransactionStateError(
-                    "Cannot confirm: not all data of the transaction has been received "
-                    "(call receive() until it returns None)", **self._ctx())
-            self._check(ClientEvent.CONFIRM)
+        self._check_confirm()
         if not self.has_data:
             self._handle(ClientEvent.CONFIRM)
             return
@@ -1175,17 +1036,6 @@ class RawReceiveTransaction(_RawTransaction):
         self._send(encode_response(ResponseCode.TRANSACTION_FINISHED))
         self._result_code = int(ResponseCode.CONFIRM_TRANSACTION)
         self._handle(ClientEvent.CONFIRM)
-
-    def handle(self) -> TransactionHandle:
-        """A picklable description of this transaction once all data is received (peer, port,
-        our checksum). Over RAW it cannot be confirmed from elsewhere: only :meth:`confirm` can."""
-        with self._lock:
-            if self._machine.state is not ClientState.DATA_RECEIVED:
-                raise TransactionStateError(
-                    f"a receive transaction has a handle once all data is received (state {self.state.name})",
-                    **self._ctx())
-        return TransactionHandle(self.transaction_url, self.peer_url, self.port_id, self.ttl_seconds,
-                                 self.flow_files, self.bytes, self._checksum)
 
     def complete(self) -> TransactionCompletion:
         """Finish locally (the server committed at confirm); the connection is reused."""
