@@ -765,8 +765,7 @@ class RawSendTransaction(_RawTransaction):
         self._begin_send()
         try:
             self._settle()
-            for piece in self._writer.encoded(parts, flow_files):
-                self._out(piece)
+            self._out(self._writer.encoded(b"".join(parts), flow_files))
         except S2SError as exc:
             raise self._fail(exc) from None
         self._sent(flow_files, content_bytes)

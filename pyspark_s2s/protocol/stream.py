@@ -94,7 +94,7 @@ class PacketStreamEncoder:
         self._packets += packets
         return plain
 
-    def contiguous(self, buf: bytes | bytearray, start: int, stops: Sequence[int]) -> memoryview:
+    def contiguous(self, buf: bytes | bytearray, start: int, stops: Sequence[int]) -> bytes | memoryview:
         """Whole packets lying back to back in ``buf`` from ``start``, packet ``i`` ending at
         ``stops[i]`` (a run the server keeps in wire form): :meth:`encoded` of that slice (the
         same signature as ``RawPacketWriter.contiguous``, whose packets need markers between

@@ -453,8 +453,8 @@ def _write_flowfile(out: PacketOut, encoder: PacketSectionEncoder, ff: FlowFile)
     out.write(encoder.begin(ff.attributes, ff.size))
     gathered: list[Wire] = []
     pending = 0
-    for piece in ff.content.chunks():
-        piece = encoder.content(piece)
+    for chunk in ff.content.chunks():
+        piece = encoder.content(chunk)
         if len(piece) < GATHER_PIECE:  # small pieces (compressed, or small content): the writer coalesces them
             if gathered:
                 out.write_gathered(gathered)
