@@ -25,7 +25,6 @@ import logging
 import socket
 import socketserver
 import ssl
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
@@ -46,6 +45,7 @@ from pyspark_s2s.protocol.negotiation import HandshakeProperties
 from pyspark_s2s.protocol.peers import PeerStatus
 from pyspark_s2s.server import core
 from pyspark_s2s.server.faults import Fault, FaultRegistry
+from pyspark_s2s.server.listener import NodeListener
 from pyspark_s2s.server.model import Node, Port
 from pyspark_s2s.server.tls import peer_dn
 
@@ -84,12 +84,13 @@ class _Close(Exception):
     """Internal: end the connection now (NiFi closes without a further byte)."""
 
 
-class RawNodeServer(socketserver.ThreadingTCPServer):
+class RawNodeServer(NodeListener, socketserver.ThreadingTCPServer):
     """The RAW listener of one node; TLS handshakes run in the connection's own thread."""
 
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128
+    transport_label = " RAW"
 
     def __init__(
         self,
@@ -103,49 +104,15 @@ class RawNodeServer(socketserver.ThreadingTCPServer):
         self.node = node
         self.ssl_context = ssl_context
         self.idle_timeout = idle_timeout
-        self._conns: set[socket.socket] = set()
-        self._conns_lock = threading.Lock()
+        self._init_connections()
         super().__init__(address, socketserver.BaseRequestHandler)
 
     def finish_request(self, request: Any, client_address: Any) -> None:
-        try:
-            request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError:
-            logger.debug("TCP_NODELAY not available", exc_info=True)
-        request.settimeout(self.idle_timeout)
-        conn = request
-        if self.ssl_context is not None:
-            try:
-                conn = self.ssl_context.wrap_socket(request, server_side=True)
-            except (ssl.SSLError, OSError) as exc:
-                # NiFi requires a client certificate: no certificate, no Site-to-Site byte
-                logger.debug("node %d RAW: TLS handshake with %s failed: %s", self.node.index, client_address, exc)
-                return
-        with self._conns_lock:
-            self._conns.add(conn)
-        try:
+        conn = self.accept(request, client_address)
+        if conn is None:
+            return
+        with self.tracked(conn, request):
             RawConnection(self, conn, client_address).serve()
-        finally:
-            with self._conns_lock:
-                self._conns.discard(conn)
-            if conn is not request:
-                try:
-                    conn.close()
-                except OSError:
-                    logger.debug("closing a TLS connection failed", exc_info=True)
-
-    def close_connections(self) -> None:
-        """Shut down every open connection (a stopped node drops everything)."""
-        with self._conns_lock:
-            conns = list(self._conns)
-        for conn in conns:
-            try:
-                socket.socket.shutdown(conn, socket.SHUT_RDWR)
-            except OSError:
-                logger.debug("shutdown of a RAW connection failed", exc_info=True)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        logger.debug("node %d RAW: error serving %s", self.node.index, client_address, exc_info=True)  # noqa: LOG014
 
 
 class RawConnection:
