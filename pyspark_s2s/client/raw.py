@@ -36,7 +36,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyspark_s2s.client.config import SiteToSiteClientConfig
 from pyspark_s2s.client.siteinfo import SiteInfo, SiteInfoProvider
@@ -46,9 +46,8 @@ from pyspark_s2s.client.transaction import (
     StreamedPacket,
     TransactionCompletion,
     TransactionHandle,
-    _check_attributes,
     _ReceiveBase,
-    _stream_length,
+    _SendBase,
     _TransactionBase,
 )
 from pyspark_s2s.errors import (
@@ -72,7 +71,6 @@ from pyspark_s2s.protocol.codec import (
     NeedData,
     PacketEnd,
     PacketStart,
-    encode_packet_header,
 )
 from pyspark_s2s.protocol.codes import Direction, ResponseCode
 from pyspark_s2s.protocol.peers import PeerStatus
@@ -200,25 +198,6 @@ class RawConnection:
         except OSError as exc:
             self.close()
             raise TransportError(f"connection to {self.name} broke while sending: {exc}", peer=self.name) from None
-
-    def send_parts(self, parts: Sequence[bytes | bytearray | memoryview]) -> None:
-        """Send pieces in order: small ones joined, large ones from their own buffers."""
-        small: list[bytes | bytearray | memoryview] = []
-        size = 0
-        for part in parts:
-            if len(part) >= _DIRECT:
-                if small:
-                    self.send(b"".join(small))
-                    small, size = [], 0
-                self.send(part)
-                continue
-            small.append(part)
-            size += len(part)
-            if size >= SEND_CHUNK:
-                self.send(b"".join(small))
-                small, size = [], 0
-        if small:
-            self.send(b"".join(small))
 
     def read(self, read: Callable[[], _T | NeedData], what: str) -> _T:
         """Call ``read`` (a :class:`RawReader` method) until it gives a message, receiving as
@@ -593,7 +572,7 @@ class _RawTransaction(_TransactionBase):
             response_code=int(response.code))
 
 
-class RawSendTransaction(_RawTransaction):
+class RawSendTransaction(_SendBase, _RawTransaction):
     """Sends FlowFiles to an input port over a RAW connection (interface of
     :class:`~pyspark_s2s.client.transaction.SendTransaction`).
 
@@ -655,133 +634,45 @@ class RawSendTransaction(_RawTransaction):
         if len(self._pending) >= SEND_CHUNK:
             self._flush()
 
-    def _begin_send(self) -> None:
-        machine = self._machine
-        if machine.state is not ClientState.DATA_EXCHANGED or self._failure is not None:
-            with self._lock:
-                self._check(ClientEvent.SEND_PACKET)
+    def _gather(self, header: bytes, content: bytes) -> None:
+        plain = self._plain
+        plain += header
+        plain += content
+        self._stops.append(len(plain))
+        if len(plain) >= SEND_CHUNK:
+            self._flush()
 
-    def _sent(self, flow_files: int, content_bytes: int) -> None:
-        if self._machine.state is not ClientState.DATA_EXCHANGED:
-            self._handle(ClientEvent.SEND_PACKET)
-        self.flow_files += flow_files
-        self.bytes += content_bytes
+    def _put_packet(self, attrs: Mapping[str, str], content: bytes) -> None:
+        self._writer.append_packet(self._pending, attrs, content)
+        if len(self._pending) >= SEND_CHUNK:
+            self._flush()
 
-    def send(self, content: bytes | bytearray | memoryview | BinaryIO | str,
-             attributes: Mapping[str, str] | None = None, length: int | None = None) -> None:
-        """Send one FlowFile (bytes, str as UTF-8, or a binary file-like object streamed in
-        slices; its length from ``length`` or the file)."""
-        machine = self._machine
-        if machine.state is not ClientState.DATA_EXCHANGED or self._failure is not None:
-            with self._lock:
-                self._check(ClientEvent.SEND_PACKET)
-        attrs: Mapping[str, str] = attributes if attributes is not None else {}
-        if isinstance(content, str):
-            content = content.encode("utf-8")
-        try:
-            if isinstance(content, (bytes, bytearray, memoryview)):
-                if not isinstance(content, bytes):
-                    content = bytes(content)
-                size = len(content)
-                if size < _DIRECT and not self.use_compression:
-                    # the hot path for small FlowFiles (as over HTTP): header and content
-                    # appended, the CRC and the CONTINUE markers added per chunk in _settle
-                    try:
-                        header = encode_packet_header(attrs, size)
-                    except (AttributeError, TypeError):
-                        _check_attributes(attrs)
-                        raise
-                    plain = self._plain
-                    plain += header
-                    plain += content
-                    self._stops.append(len(plain))
-                    if len(plain) >= SEND_CHUNK:
-                        self._flush()
-                elif size < _DIRECT:
-                    self._settle()
-                    try:
-                        self._writer.append_packet(self._pending, attrs, content)
-                    except (AttributeError, TypeError):
-                        _check_attributes(attrs)
-                        raise
-                    if len(self._pending) >= SEND_CHUNK:
-                        self._flush()
-                else:
-                    self._mid_packet = True
-                    self._out(self._begin(attrs, size))
-                    self._out(self._writer.content(content))
-                    self._out(self._writer.end())
-                    self._mid_packet = False
-            else:
-                size = self._send_stream(content, attrs, length)
-        except S2SError as exc:
-            raise self._fail(exc) from None
-        if machine.state is not ClientState.DATA_EXCHANGED:
-            self._handle(ClientEvent.SEND_PACKET)
-        self.flow_files += 1
-        self.bytes += size
+    def _put_header(self, attrs: Mapping[str, str], size: int) -> None:
+        self._mid_packet = True  # a cancel from here on drops the connection
+        self._out(self._writer.begin(attrs, size))
 
-    def _begin(self, attrs: Mapping[str, str], size: int) -> bytes:
-        self._settle()
-        try:
-            return self._writer.begin(attrs, size)
-        except (AttributeError, TypeError):
-            _check_attributes(attrs)
-            raise
+    def _put_content(self, content: bytes) -> None:
+        self._out(self._writer.content(content))
 
-    def _send_stream(self, stream: BinaryIO, attrs: Mapping[str, str], length: int | None) -> int:
-        import tempfile
-
-        spooled: Any = None
-        if length is None:
-            length = _stream_length(stream)
-        if length is None:
-            spooled = tempfile.SpooledTemporaryFile(max_size=8 << 20)  # noqa: SIM115 (closed below)
-            while block := stream.read(_SLICE):
-                spooled.write(block)
-            length = spooled.tell()
-            spooled.seek(0)
-            stream = spooled
-        try:
-            self._mid_packet = True
-            self._out(self._begin(attrs, length))
-            left = length
-            while left > 0:
-                block = stream.read(min(_SLICE, left))
-                if not block:
-                    raise ProtocolError(f"content stream ended {left} bytes before the declared length {length}")
-                self._out(self._writer.content(bytes(block)))
-                left -= len(block)
-            self._out(self._writer.end())
-            self._mid_packet = False
-        finally:
-            if spooled is not None:
-                spooled.close()
-        return length
+    def _put_end(self) -> None:
+        self._out(self._writer.end())
+        self._mid_packet = False
 
     def send_encoded(self, parts: list[bytes | memoryview], flow_files: int, content_bytes: int) -> None:
         """``flow_files`` whole packets the caller encoded (their bytes in order); checksummed like
         :meth:`send`. Not with ``useCompression`` (use :meth:`send_encoded_packets`)."""
-        self._begin_send()
-        try:
-            self._settle()
-            self._out(self._writer.encoded(b"".join(parts), flow_files))
-        except S2SError as exc:
-            raise self._fail(exc) from None
-        self._sent(flow_files, content_bytes)
+        self._send_prepared(lambda: self._out(self._writer.encoded(b"".join(parts), flow_files)),
+                            flow_files, content_bytes)
 
     def send_encoded_packets(self, packets: Sequence[Sequence[bytes | memoryview]], content_bytes: int) -> None:
         """Whole packets the caller encoded, one sequence of buffers per packet; with
         ``useCompression`` each becomes its own compression frame."""
-        self._begin_send()
-        try:
-            self._settle()
+        def put() -> None:
             for packet in packets:
                 for piece in self._writer.encoded_packet(packet):
                     self._out(piece)
-        except S2SError as exc:
-            raise self._fail(exc) from None
-        self._sent(len(packets), content_bytes)
+
+        self._send_prepared(put, len(packets), content_bytes)
 
     def confirm(self) -> None:
         """FINISH_TRANSACTION, then compare the server's CRC with ours: equal -> confirmed (the

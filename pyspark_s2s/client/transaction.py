@@ -532,7 +532,159 @@ class _Upload:
             self._thread.join(timeout=self._timeout + 1)
 
 
-class SendTransaction(_Transaction):
+class _SendBase(_TransactionBase):
+    """The writing side of a send transaction on either transport: :meth:`send` of bytes, str
+    and file-likes (a stream of unknown length spooled first), the hot path of small
+    uncompressed packets, the pre-encoded sends' envelope, the state and the counters. The
+    transport supplies where the bytes go:
+
+    * :meth:`_start` before the first bytes (HTTP: the upload's POST);
+    * :meth:`_gather` the codec bytes of one small uncompressed packet, checksummed (and, over
+      RAW, marked) later in bulk, and :meth:`_settle` which does that (before any other encoder
+      call, so that the CRC keeps the packets' order);
+    * :meth:`_put_packet` one small packet through the encoder (compression);
+    * :meth:`_put_header`, :meth:`_put_content`, :meth:`_put_end` a packet whose content is large
+      or streams.
+    """
+
+    _started = False
+
+    def _start(self) -> None:
+        pass
+
+    def _gather(self, header: bytes, content: bytes) -> None:  # overridden
+        raise NotImplementedError
+
+    def _settle(self) -> None:  # overridden
+        raise NotImplementedError
+
+    def _put_packet(self, attrs: Mapping[str, str], content: bytes) -> None:  # overridden
+        raise NotImplementedError
+
+    def _put_header(self, attrs: Mapping[str, str], size: int) -> None:  # overridden
+        raise NotImplementedError
+
+    def _put_content(self, content: bytes) -> None:  # overridden
+        raise NotImplementedError
+
+    def _put_end(self) -> None:  # overridden
+        raise NotImplementedError
+
+    def send(
+        self,
+        content: bytes | bytearray | memoryview | BinaryIO | str,
+        attributes: Mapping[str, str] | None = None,
+        length: int | None = None,
+    ) -> None:
+        """Send one FlowFile: ``content`` as bytes (or str, UTF-8) or a binary file-like object.
+
+        File-like content is streamed in chunks and never held whole; its length is taken from
+        ``length``, or from the file (seekable files); a non-seekable stream of unknown length
+        is spooled to a temporary file first.
+        """
+        machine = self._machine
+        if machine.state is not ClientState.DATA_EXCHANGED or self._failure is not None:
+            with self._lock:
+                self._check(ClientEvent.SEND_PACKET)
+        attrs: Mapping[str, str] = attributes if attributes is not None else {}
+        if isinstance(content, str):
+            content = content.encode("utf-8")
+        try:
+            if not self._started:
+                self._start()
+                self._started = True
+            if isinstance(content, (bytes, bytearray, memoryview)):
+                if not isinstance(content, bytes):
+                    # a mutable buffer could change while queued: take a snapshot
+                    content = bytes(content)
+                size = len(content)
+                if size < _DIRECT and not self.use_compression:
+                    # the hot path for small FlowFiles: header and content gathered; the CRC
+                    # is taken over the whole gathered chunk when it is flushed
+                    try:
+                        header = encode_packet_header(attrs, size)
+                    except (AttributeError, TypeError):
+                        _check_attributes(attrs)
+                        raise
+                    self._gather(header, content)
+                elif size < _DIRECT:
+                    self._settle()
+                    try:
+                        self._put_packet(attrs, content)
+                    except (AttributeError, TypeError):
+                        _check_attributes(attrs)
+                        raise
+                else:
+                    self._begin(attrs, size)
+                    self._put_content(content)
+                    self._put_end()
+            else:
+                size = self._send_stream(content, attrs, length)
+        except S2SError as exc:
+            raise self._fail(exc) from None
+        if machine.state is not ClientState.DATA_EXCHANGED:
+            self._handle(ClientEvent.SEND_PACKET)
+        self.flow_files += 1
+        self.bytes += size
+
+    def _begin(self, attrs: Mapping[str, str], size: int) -> None:
+        self._settle()
+        try:
+            self._put_header(attrs, size)
+        except (AttributeError, TypeError):
+            _check_attributes(attrs)
+            raise
+
+    def _send_stream(self, stream: BinaryIO, attrs: Mapping[str, str], length: int | None) -> int:
+        spooled: Any = None
+        if length is None:
+            length = _stream_length(stream)
+        if length is None:
+            spooled = tempfile.SpooledTemporaryFile(max_size=8 << 20)  # noqa: SIM115 (closed below)
+            while block := stream.read(_SLICE):
+                spooled.write(block)
+            length = spooled.tell()
+            spooled.seek(0)
+            stream = spooled
+        try:
+            self._begin(attrs, length)
+            left = length
+            while left > 0:
+                block = stream.read(min(_SLICE, left))
+                if not block:
+                    raise ProtocolError(
+                        f"content stream ended {left} bytes before the declared length {length}"
+                    )
+                self._put_content(bytes(block))
+                left -= len(block)
+            self._put_end()
+        finally:
+            if spooled is not None:
+                spooled.close()
+        return length
+
+    def _send_prepared(self, put: Callable[[], None], flow_files: int, content_bytes: int) -> None:
+        """The envelope of the pre-encoded sends: state check, start, ``put()`` the wire bytes,
+        then the state and the counters."""
+        machine = self._machine
+        if machine.state is not ClientState.DATA_EXCHANGED or self._failure is not None:
+            with self._lock:
+                self._check(ClientEvent.SEND_PACKET)
+        try:
+            if not self._started:
+                self._start()
+                self._started = True
+            self._settle()
+            put()
+        except S2SError as exc:
+            raise self._fail(exc) from None
+        if machine.state is not ClientState.DATA_EXCHANGED:
+            self._handle(ClientEvent.SEND_PACKET)
+        self.flow_files += flow_files
+        self.bytes += content_bytes
+
+
+class SendTransaction(_SendBase, _Transaction):
     """A transaction that sends FlowFiles to an input port.
 
     ``send()`` as often as needed (content streams to the server as you go), then ``confirm()``
@@ -569,13 +721,14 @@ class SendTransaction(_Transaction):
 
     def _settle(self) -> None:
         """Checksum and count the small packets :meth:`send` appended without the encoder."""
+        if not self._raw_packets:
+            return
         with memoryview(self._pending) as view:
             self._encoder.encoded(view[self._raw_start :], self._raw_packets)
         self._raw_packets = 0
 
     def _flush(self) -> None:
-        if self._raw_packets:
-            self._settle()
+        self._settle()
         if self._pending:
             chunk = bytes(self._pending)
             self._pending.clear()
@@ -599,76 +752,29 @@ class SendTransaction(_Transaction):
         assert self._upload is not None
         self._upload.put([view[i : i + _SLICE] for i in range(0, len(view), _SLICE)])
 
-    def _start_upload(self) -> None:
+    def _start(self) -> None:
         self._transport.prime_proxy_auth(self.peer_url, self._hdrs(Accept="application/json"))
         self._upload = _Upload(self)
         self._upload.start()
 
-    def send(
-        self,
-        content: bytes | bytearray | memoryview | BinaryIO | str,
-        attributes: Mapping[str, str] | None = None,
-        length: int | None = None,
-    ) -> None:
-        """Send one FlowFile: ``content`` as bytes (or str, UTF-8) or a binary file-like object.
+    def _gather(self, header: bytes, content: bytes) -> None:
+        pending = self._pending
+        if not self._raw_packets:
+            self._raw_start = len(pending)
+        pending += header
+        pending += content
+        self._raw_packets += 1
+        if len(pending) >= UPLOAD_CHUNK:
+            self._flush()
 
-        File-like content is streamed in chunks and never held whole; its length is taken from
-        ``length``, or from the file (seekable files); a non-seekable stream of unknown length
-        is spooled to a temporary file first.
-        """
-        machine = self._machine
-        if machine.state is not ClientState.DATA_EXCHANGED or self._failure is not None:
-            with self._lock:
-                self._check(ClientEvent.SEND_PACKET)
-        attrs: Mapping[str, str] = attributes if attributes is not None else {}
-        if isinstance(content, str):
-            content = content.encode("utf-8")
-        try:
-            if self._upload is None:
-                self._start_upload()
-            if self._raw_packets and not (isinstance(content, bytes) and len(content) < _DIRECT):
-                self._settle()  # before the encoder makes more bytes
-            if isinstance(content, (bytes, bytearray, memoryview)):
-                if not isinstance(content, bytes):
-                    # a mutable buffer could change while queued: take a snapshot
-                    content = bytes(content)
-                size = len(content)
-                if size < _DIRECT and not self._encoder.compress:
-                    # the hot path for small FlowFiles: header and content straight into the
-                    # pending chunk; the CRC is taken over the whole chunk when it is flushed
-                    try:
-                        header = encode_packet_header(attrs, size)
-                    except (AttributeError, TypeError):
-                        _check_attributes(attrs)
-                        raise
-                    pending = self._pending
-                    if not self._raw_packets:
-                        self._raw_start = len(pending)
-                    pending += header
-                    pending += content
-                    self._raw_packets += 1
-                    if len(pending) >= UPLOAD_CHUNK:
-                        self._flush()
-                elif size < _DIRECT:
-                    try:
-                        self._put(self._encoder.packet(attrs, content))
-                    except (AttributeError, TypeError):
-                        _check_attributes(attrs)
-                        raise
-                else:
-                    self._put(self._begin(attrs, size))
-                    self._put_content(content)
-                    self._put(self._encoder.end())
-            else:
-                size = self._send_stream(content, attrs, length)
-        except S2SError as exc:
-            raise self._fail(exc) from None
-        except ProtocolError as exc:  # pragma: no cover - ProtocolError is an S2SError
-            raise self._fail(exc) from None
-        if machine.state is not ClientState.DATA_EXCHANGED:
-            self._handle(ClientEvent.SEND_PACKET)
-        self.flow_files += 1
-        self.bytes += size
+    def _put_packet(self, attrs: Mapping[str, str], content: bytes) -> None:
+        self._put(self._encoder.packet(attrs, content))
+
+    def _put_header(self, attrs: Mapping[str, str], size: int) -> None:
+        self._put(self._encoder.begin(attrs, size))
+
+    def _put_end(self) -> None:
+        self._put(self._encoder.end())
 
     def send_encoded(self, parts: list[bytes | memoryview], flow_files: int, content_bytes: int) -> None:
         """Send ``flow_files`` whole packets the caller encoded in NiFi's codec (``parts``: their
@@ -686,26 +792,6 @@ class SendTransaction(_Transaction):
 
         self._send_prepared(put, flow_files, content_bytes)
 
-    def _send_prepared(self, put: Callable[[], None], flow_files: int, content_bytes: int) -> None:
-        """The envelope of the pre-encoded sends: state check, upload start, ``put()`` the wire
-        bytes, then the state and the counters."""
-        machine = self._machine
-        if machine.state is not ClientState.DATA_EXCHANGED or self._failure is not None:
-            with self._lock:
-                self._check(ClientEvent.SEND_PACKET)
-        try:
-            if self._upload is None:
-                self._start_upload()
-            if self._raw_packets:
-                self._settle()
-            put()
-        except S2SError as exc:
-            raise self._fail(exc) from None
-        if machine.state is not ClientState.DATA_EXCHANGED:
-            self._handle(ClientEvent.SEND_PACKET)
-        self.flow_files += flow_files
-        self.bytes += content_bytes
-
     def send_encoded_packets(self, packets: Sequence[Sequence[bytes | memoryview]], content_bytes: int) -> None:
         """Send whole packets the caller encoded in NiFi's codec, one sequence of buffers per
         packet (e.g. its header and its content, slices of Arrow buffers). Like
@@ -722,49 +808,10 @@ class SendTransaction(_Transaction):
 
         self._send_prepared(put, len(packets), content_bytes)
 
-    def _begin(self, attrs: Mapping[str, str], size: int) -> bytes:
-        try:
-            return self._encoder.begin(attrs, size)
-        except (AttributeError, TypeError):
-            _check_attributes(attrs)
-            raise
-
-    def _send_stream(self, stream: BinaryIO, attrs: Mapping[str, str], length: int | None) -> int:
-        spooled: Any = None
-        if length is None:
-            length = _stream_length(stream)
-        if length is None:
-            spooled = tempfile.SpooledTemporaryFile(max_size=8 << 20)  # noqa: SIM115 (closed below)
-            while True:
-                block = stream.read(UPLOAD_CHUNK)
-                if not block:
-                    break
-                spooled.write(block)
-            length = spooled.tell()
-            spooled.seek(0)
-            stream = spooled
-        try:
-            self._put(self._begin(attrs, length))
-            left = length
-            while left > 0:
-                block = stream.read(min(_SLICE, left))
-                if not block:
-                    raise ProtocolError(
-                        f"content stream ended {left} bytes before the declared length {length}"
-                    )
-                self._put_content(bytes(block))
-                left -= len(block)
-            self._put(self._encoder.end())
-        finally:
-            if spooled is not None:
-                spooled.close()
-        return length
-
     @property
     def checksum(self) -> int:
         """Our CRC32 of everything sent so far."""
-        if self._raw_packets:
-            self._settle()
+        self._settle()
         return self._encoder.checksum
 
     def confirm(self) -> None:
