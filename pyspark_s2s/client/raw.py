@@ -824,8 +824,9 @@ class RawReceiveTransaction(_ReceiveBase, _RawTransaction):
         self._handle(ClientEvent.RECEIVE_END)
 
     def _packet_event(self) -> Any:
-        ev = self._next_event()
-        if isinstance(ev, PacketsFinished):
+        queued = self._queued
+        ev = queued.popleft() if queued else self._next_event()
+        if type(ev) is PacketsFinished:
             self._ended(ev)
             return None
         return ev
