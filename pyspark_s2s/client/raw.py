@@ -179,6 +179,8 @@ class RawConnection:
         # content above 64 KiB streams through the packet decoder without being gathered in its
         # buffer first (as the HTTP receive does)
         self.reader = RawReader(inline_content_limit=_INLINE)
+        self._recv_buf = bytearray(RECV_SIZE)
+        self._recv_view = memoryview(self._recv_buf)
         self.communications_id = str(uuid.uuid4())
         self.version = 0
         self.port_id: str | None = None
@@ -211,7 +213,7 @@ class RawConnection:
             if got is not NEED_DATA:
                 return got  # type: ignore[return-value]
             try:
-                data = self.sock.recv(RECV_SIZE)
+                n = self.sock.recv_into(self._recv_buf)
             except TimeoutError:
                 self.close()
                 raise S2STimeoutError(
@@ -223,8 +225,10 @@ class RawConnection:
                 raise TransportError(
                     f"connection to {self.name} broke while this client waited for {what}: {exc}", peer=self.name
                 ) from None
-            if data:
-                self.reader.feed(data)
+            if n:
+                # the reader copies what it keeps: the buffer is reused (a fresh 256 KiB object per
+                # read took fresh pages, twice the time HTTP's buffered reads spend in the socket)
+                self.reader.feed(self._recv_view[:n])
             else:
                 self.reader.end_of_stream()
 

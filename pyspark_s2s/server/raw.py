@@ -126,6 +126,7 @@ class RawConnection:
         self.idle_timeout = server.idle_timeout
         self._sock_timeout = server.idle_timeout  # set by the listener (finish_request)
         self.reader = raw.RawReader(inline_content_limit=core.UPLOAD_INLINE_LIMIT)
+        self._recv_view = memoryview(bytearray(READ_SIZE))
         self.version = 0
         self.handshake: raw.RawHandshake | None = None
         self.codec = False
@@ -165,10 +166,12 @@ class RawConnection:
 
     def _receive(self, timeout: float, size: int = READ_SIZE) -> None:
         self._timeout(timeout)
-        data = self.sock.recv(size)
-        if data:
-            self.bytes_in += len(data)
-            self.reader.feed(data)
+        # into one reused buffer (the reader copies what it keeps): a fresh 256 KiB object per
+        # read took fresh pages
+        n = self.sock.recv_into(self._recv_view[:size])
+        if n:
+            self.bytes_in += n
+            self.reader.feed(self._recv_view[:n])
         else:
             self.reader.end_of_stream()
 
