@@ -166,12 +166,16 @@ class RawConnection:
 
     def _receive(self, timeout: float, size: int = READ_SIZE) -> None:
         self._timeout(timeout)
-        # into one reused buffer (the reader copies what it keeps): a fresh 256 KiB object per
-        # read took fresh pages
-        n = self.sock.recv_into(self._recv_view[:size])
-        if n:
-            self.bytes_in += n
-            self.reader.feed(self._recv_view[:n])
+        if size <= CONTENT_READ_SIZE:
+            # large content: its pieces are kept as they arrive (heap memory, no copy)
+            data: bytes | memoryview = self.sock.recv(size)
+        else:
+            # small packets: into one reused buffer (the reader copies what it keeps); a fresh
+            # 256 KiB object per read took fresh pages
+            data = self._recv_view[: self.sock.recv_into(self._recv_view[:size])]
+        if data:
+            self.bytes_in += len(data)
+            self.reader.feed(data)
         else:
             self.reader.end_of_stream()
 
