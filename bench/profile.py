@@ -1,7 +1,7 @@
 """Sample both processes of a client <-> reference server transfer with py-spy.
 
     .venv/bin/pip install py-spy        # once; not a dependency of the project
-    .venv/bin/python -m bench.profile send|receive|arrow|large-send|large-receive [--top 25]
+    .venv/bin/python -m bench.profile send|receive|arrow|large-send|large-receive [--top 25] [--transport RAW]
 
 Starts the reference server as in ``bench.client`` (``bench-in`` routed to ``bench-out``), warms
 up, then runs the workload three times while ``py-spy record --format raw`` samples the server
@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("workload", choices=("send", "receive", "arrow", "large-send", "large-receive"))
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--out", default="/tmp/s2s-profile")
+    ap.add_argument("--transport", choices=("HTTP", "RAW"), default="HTTP",
+                    help="the client's transportProtocol (RAW: the server also listens with --raw-port 0)")
     args = ap.parse_args(argv)
     spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
     if spy is None:
@@ -66,11 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     big = bytes(range(256)) * (MIB // 256)
     large = args.workload.startswith("large")
     n, attrs, content = (LARGE, {"filename": "large.bin"}, big) if large else (SMALL, SMALL_ATTRS, SMALL_CONTENT)
-    with start_s2s_server() as server:
-        s2s = S2S(server.url)
+    raw = args.transport == "RAW"
+    with start_s2s_server(["--raw-port", "0"] if raw else None) as server:
+        s2s = S2S(server.url, transport=args.transport)
         s2s.send(n // 5, attrs, content)  # warm up: connections, imports, heap
         s2s.receive(n // 5)
-        files = {side: out / f"{side}-{args.workload}.txt" for side in ("server", "client")}
+        tag = f"{args.workload}-raw" if raw else args.workload
+        files = {side: out / f"{side}-{tag}.txt" for side in ("server", "client")}
         spies = [
             subprocess.Popen(
                 [spy, "record", "--pid", str(pid), "--rate", "500", "--format", "raw", "-o", str(files[side]),

@@ -35,8 +35,8 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyspark_s2s.client.config import SiteToSiteClientConfig
 from pyspark_s2s.client.siteinfo import SiteInfo, SiteInfoProvider
@@ -46,8 +46,9 @@ from pyspark_s2s.client.transaction import (
     StreamedPacket,
     TransactionCompletion,
     TransactionHandle,
-    _check_attributes,
-    _stream_length,
+    _ReceiveBase,
+    _SendBase,
+    _TransactionBase,
 )
 from pyspark_s2s.errors import (
     ChecksumMismatch,
@@ -70,7 +71,6 @@ from pyspark_s2s.protocol.codec import (
     NeedData,
     PacketEnd,
     PacketStart,
-    decode_packets,
 )
 from pyspark_s2s.protocol.codes import Direction, ResponseCode
 from pyspark_s2s.protocol.peers import PeerStatus
@@ -102,7 +102,6 @@ from pyspark_s2s.protocol.transaction import (
     CLIENT_SEND,
     ClientEvent,
     ClientState,
-    TransactionStateMachine,
 )
 from pyspark_s2s.protocol.urls import format_host
 
@@ -180,6 +179,8 @@ class RawConnection:
         # content above 64 KiB streams through the packet decoder without being gathered in its
         # buffer first (as the HTTP receive does)
         self.reader = RawReader(inline_content_limit=_INLINE)
+        self._recv_buf = bytearray(RECV_SIZE)
+        self._recv_view = memoryview(self._recv_buf)
         self.communications_id = str(uuid.uuid4())
         self.version = 0
         self.port_id: str | None = None
@@ -200,25 +201,6 @@ class RawConnection:
             self.close()
             raise TransportError(f"connection to {self.name} broke while sending: {exc}", peer=self.name) from None
 
-    def send_parts(self, parts: Sequence[bytes | bytearray | memoryview]) -> None:
-        """Send pieces in order: small ones joined, large ones from their own buffers."""
-        small: list[bytes | bytearray | memoryview] = []
-        size = 0
-        for part in parts:
-            if len(part) >= _DIRECT:
-                if small:
-                    self.send(b"".join(small))
-                    small, size = [], 0
-                self.send(part)
-                continue
-            small.append(part)
-            size += len(part)
-            if size >= SEND_CHUNK:
-                self.send(b"".join(small))
-                small, size = [], 0
-        if small:
-            self.send(b"".join(small))
-
     def read(self, read: Callable[[], _T | NeedData], what: str) -> _T:
         """Call ``read`` (a :class:`RawReader` method) until it gives a message, receiving as
         needed; a timeout, a broken connection or bad bytes raise, naming the peer and ``what``."""
@@ -231,7 +213,7 @@ class RawConnection:
             if got is not NEED_DATA:
                 return got  # type: ignore[return-value]
             try:
-                data = self.sock.recv(RECV_SIZE)
+                n = self.sock.recv_into(self._recv_buf)
             except TimeoutError:
                 self.close()
                 raise S2STimeoutError(
@@ -243,8 +225,10 @@ class RawConnection:
                 raise TransportError(
                     f"connection to {self.name} broke while this client waited for {what}: {exc}", peer=self.name
                 ) from None
-            if data:
-                self.reader.feed(data)
+            if n:
+                # the reader copies what it keeps: the buffer is reused (a fresh 256 KiB object per
+                # read took fresh pages, twice the time HTTP's buffered reads spend in the socket)
+                self.reader.feed(self._recv_view[:n])
             else:
                 self.reader.end_of_stream()
 
@@ -532,39 +516,23 @@ class RawTransport:
 # -- transactions --------------------------------------------------------------------------------
 
 
-class _RawTransaction:
-    """What both RAW transactions share: state machine, context, the connection's fate."""
-
-    direction: Direction
-    _table: Any
+class _RawTransaction(_TransactionBase):
+    """What both RAW transactions add to the shared base: the connection and its fate."""
 
     def __init__(self, *, transport: RawTransport, conn: RawConnection, port_id: str, port_name: str | None,
                  use_compression: bool, on_close: Callable[[Any], None] | None = None) -> None:
+        conn.transactions += 1
+        transaction_id = f"{conn.communications_id}-{conn.transactions}"
+        super().__init__(
+            peer=conn.peer, port_id=port_id, port_name=port_name,
+            # no URL in RAW: the peer, the port and the transaction, for logs, handles and errors
+            transaction_url=f"{conn.name}/{port_id}/{transaction_id}", transaction_id=transaction_id,
+            # the server's time limit for this client's next message (the handshake's request expiration)
+            ttl_seconds=max(1, int(transport.config.idle_expiration)),
+            use_compression=use_compression, on_close=on_close,
+        )
         self._transport = transport
         self._conn = conn
-        self.peer = conn.peer
-        self.port_id = port_id
-        self.port_name = port_name or port_id
-        conn.transactions += 1
-        self.transaction_id = f"{conn.communications_id}-{conn.transactions}"
-        #: no URL in RAW: the peer, the port and the transaction, for logs, handles and errors
-        self.transaction_url = f"{conn.name}/{port_id}/{self.transaction_id}"
-        #: the server's time limit for this client's next message (the handshake's request expiration)
-        self.ttl_seconds = max(1, int(transport.config.idle_expiration))
-        self.use_compression = use_compression
-        self._on_close = on_close
-        self._lock = threading.RLock()
-        self._machine: TransactionStateMachine[ClientState, ClientEvent] = TransactionStateMachine(
-            self._table, ClientState.STARTED, transaction=self.transaction_id)
-        self._failure: S2SError | None = None
-        self._created = time.monotonic()
-        self.flow_files = 0
-        self.bytes = 0
-
-    # -- context ---------------------------------------------------------------------------------
-    @property
-    def state(self) -> ClientState:
-        return self._machine.state
 
     @property
     def peer_url(self) -> str:
@@ -575,48 +543,9 @@ class _RawTransaction:
         """Always 0: RAW transactions have no TTL to extend."""
         return 0
 
-    def _ctx(self) -> dict[str, Any]:
-        return {"peer": self.peer_url, "port": self.port_name, "transaction": self.transaction_id}
-
-    def _err(self, exc: S2SError) -> S2SError:
-        return exc.with_context(**self._ctx())
-
-    def _check(self, event: ClientEvent) -> None:
-        if self._machine.can(event):
-            return
-        if self._failure is not None:
-            raise TransactionStateError(
-                f"Cannot {event.name.lower().replace('_', ' ')}: the transaction failed earlier: "
-                f"{self._failure.message}", **self._ctx()) from self._failure
-        try:
-            self._machine.handle(event)
-        except TransactionStateError as exc:
-            raise self._err(exc) from None
-
-    def _handle(self, event: ClientEvent) -> None:
-        with self._lock:
-            self._check(event)
-            self._machine.handle(event)
-
-    def _fail(self, exc: S2SError) -> S2SError:
-        """Move to ERROR and drop the connection (the server rolls back what it held)."""
-        err = self._err(exc)
-        with self._lock:
-            first = self._failure is None
-            if first:
-                self._failure = err
-            if self._machine.can(ClientEvent.FAIL):
-                self._machine.handle(ClientEvent.FAIL)
-        if first:
-            self._conn.close()
-            self._closed()
-        assert self._failure is not None
-        return self._failure
-
-    def _closed(self) -> None:
-        if self._on_close is not None:
-            self._on_close(self)
-            self._on_close = None
+    def _drop_io(self) -> None:
+        """A failure drops the connection (the server rolls back what it held)."""
+        self._conn.close()
 
     def _finished(self) -> None:
         """The transaction ended cleanly: its connection goes back to the pool."""
@@ -640,38 +569,14 @@ class _RawTransaction:
         if self._machine.is_terminal:
             raise TransactionStateError("transaction is finished", **self._ctx())
 
-    def __enter__(self) -> Any:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if self._machine.is_terminal:
-            return
-        reason = f"{exc_type.__name__}: {exc}" if exc_type is not None else "transaction left open"
-        try:
-            self.cancel(reason)  # type: ignore[attr-defined]
-        except S2SError as cancel_exc:
-            if exc_type is None:
-                raise
-            logger.warning("cancel after %s failed: %s", reason, cancel_exc)
-
-    def _completion(self, response_code: int, checksum: int, backoff: bool = False) -> TransactionCompletion:
-        return TransactionCompletion(
-            flow_files=self.flow_files, bytes=self.bytes, backoff=backoff,
-            duration=time.monotonic() - self._created, peer=self.peer_url,
-            transaction_url=self.transaction_url, response_code=response_code, checksum=checksum)
-
     def _unexpected(self, response: Response, expected: str) -> S2SError:
         return ProtocolError(
             f"{self.peer_url} answered {response.code.name} ({int(response.code)})"
             + (f": {response.message}" if response.message else "") + f"; expected {expected}",
             response_code=int(response.code))
 
-    def __repr__(self) -> str:
-        return (f"{type(self).__name__}(peer={self.peer_url!r}, transaction={self.transaction_id!r}, "
-                f"state={self.state.name}, flow_files={self.flow_files})")
 
-
-class RawSendTransaction(_RawTransaction):
+class RawSendTransaction(_SendBase, _RawTransaction):
     """Sends FlowFiles to an input port over a RAW connection (interface of
     :class:`~pyspark_s2s.client.transaction.SendTransaction`).
 
@@ -689,6 +594,11 @@ class RawSendTransaction(_RawTransaction):
         self._writer = RawPacketWriter(self.use_compression)
         # the request goes out with the first packets (a cancel before any packet sends nothing)
         self._pending = bytearray(encode_request(RequestType.SEND_FLOWFILES))
+        # whole small packets not through the writer yet: their codec bytes back to back and
+        # where each ends; marked, checksummed and counted in one call (``_settle``), as the
+        # HTTP send takes its CRC over the whole pending chunk
+        self._plain = bytearray()
+        self._stops: list[int] = []
         self._sent_any = False
         self._mid_packet = False
         self._server_crc: str | None = None
@@ -696,9 +606,19 @@ class RawSendTransaction(_RawTransaction):
     @property
     def checksum(self) -> int:
         """Our CRC32 of everything sent so far."""
+        self._settle()
         return self._writer.checksum
 
+    def _settle(self) -> None:
+        """The small packets :meth:`send` gathered go through the writer (before any other
+        writer call, so that the CRC and the markers keep the packets' order)."""
+        if self._stops:
+            self._pending += self._writer.contiguous(self._plain, 0, self._stops)
+            self._plain = bytearray()
+            self._stops = []
+
     def _flush(self) -> None:
+        self._settle()
         if self._pending:
             data = self._pending
             self._pending = bytearray()
@@ -706,6 +626,7 @@ class RawSendTransaction(_RawTransaction):
             self._sent_any = True
 
     def _out(self, data: bytes | bytearray | memoryview) -> None:
+        self._settle()
         if len(data) >= _DIRECT:
             self._flush()
             view = memoryview(data)
@@ -717,110 +638,45 @@ class RawSendTransaction(_RawTransaction):
         if len(self._pending) >= SEND_CHUNK:
             self._flush()
 
-    def _begin_send(self) -> None:
-        machine = self._machine
-        if machine.state is not ClientState.DATA_EXCHANGED or self._failure is not None:
-            with self._lock:
-                self._check(ClientEvent.SEND_PACKET)
+    def _gather(self, header: bytes, content: bytes) -> None:
+        plain = self._plain
+        plain += header
+        plain += content
+        self._stops.append(len(plain))
+        if len(plain) >= SEND_CHUNK:
+            self._flush()
 
-    def _sent(self, flow_files: int, content_bytes: int) -> None:
-        if self._machine.state is not ClientState.DATA_EXCHANGED:
-            self._handle(ClientEvent.SEND_PACKET)
-        self.flow_files += flow_files
-        self.bytes += content_bytes
+    def _put_packet(self, attrs: Mapping[str, str], content: bytes) -> None:
+        self._writer.append_packet(self._pending, attrs, content)
+        if len(self._pending) >= SEND_CHUNK:
+            self._flush()
 
-    def send(self, content: bytes | bytearray | memoryview | BinaryIO | str,
-             attributes: Mapping[str, str] | None = None, length: int | None = None) -> None:
-        """Send one FlowFile (bytes, str as UTF-8, or a binary file-like object streamed in
-        slices; its length from ``length`` or the file)."""
-        self._begin_send()
-        attrs: Mapping[str, str] = attributes if attributes is not None else {}
-        if isinstance(content, str):
-            content = content.encode("utf-8")
-        try:
-            if isinstance(content, (bytes, bytearray, memoryview)):
-                if not isinstance(content, bytes):
-                    content = bytes(content)
-                size = len(content)
-                if size < _DIRECT:
-                    try:
-                        self._writer.append_packet(self._pending, attrs, content)
-                    except (AttributeError, TypeError):
-                        _check_attributes(attrs)
-                        raise
-                    if len(self._pending) >= SEND_CHUNK:
-                        self._flush()
-                else:
-                    self._mid_packet = True
-                    self._out(self._begin(attrs, size))
-                    self._out(self._writer.content(content))
-                    self._out(self._writer.end())
-                    self._mid_packet = False
-            else:
-                size = self._send_stream(content, attrs, length)
-        except S2SError as exc:
-            raise self._fail(exc) from None
-        self._sent(1, size)
+    def _put_header(self, attrs: Mapping[str, str], size: int) -> None:
+        self._mid_packet = True  # a cancel from here on drops the connection
+        self._out(self._writer.begin(attrs, size))
 
-    def _begin(self, attrs: Mapping[str, str], size: int) -> bytes:
-        try:
-            return self._writer.begin(attrs, size)
-        except (AttributeError, TypeError):
-            _check_attributes(attrs)
-            raise
+    def _put_content(self, content: bytes) -> None:
+        self._out(self._writer.content(content))
 
-    def _send_stream(self, stream: BinaryIO, attrs: Mapping[str, str], length: int | None) -> int:
-        import tempfile
-
-        spooled: Any = None
-        if length is None:
-            length = _stream_length(stream)
-        if length is None:
-            spooled = tempfile.SpooledTemporaryFile(max_size=8 << 20)  # noqa: SIM115 (closed below)
-            while block := stream.read(_SLICE):
-                spooled.write(block)
-            length = spooled.tell()
-            spooled.seek(0)
-            stream = spooled
-        try:
-            self._mid_packet = True
-            self._out(self._begin(attrs, length))
-            left = length
-            while left > 0:
-                block = stream.read(min(_SLICE, left))
-                if not block:
-                    raise ProtocolError(f"content stream ended {left} bytes before the declared length {length}")
-                self._out(self._writer.content(bytes(block)))
-                left -= len(block)
-            self._out(self._writer.end())
-            self._mid_packet = False
-        finally:
-            if spooled is not None:
-                spooled.close()
-        return length
+    def _put_end(self) -> None:
+        self._out(self._writer.end())
+        self._mid_packet = False
 
     def send_encoded(self, parts: list[bytes | memoryview], flow_files: int, content_bytes: int) -> None:
         """``flow_files`` whole packets the caller encoded (their bytes in order); checksummed like
         :meth:`send`. Not with ``useCompression`` (use :meth:`send_encoded_packets`)."""
-        self._begin_send()
-        try:
-            for piece in self._writer.encoded(parts, flow_files):
-                self._out(piece)
-        except S2SError as exc:
-            raise self._fail(exc) from None
-        self._sent(flow_files, content_bytes)
+        self._send_prepared(lambda: self._out(self._writer.encoded(b"".join(parts), flow_files)),
+                            flow_files, content_bytes)
 
     def send_encoded_packets(self, packets: Sequence[Sequence[bytes | memoryview]], content_bytes: int) -> None:
         """Whole packets the caller encoded, one sequence of buffers per packet; with
         ``useCompression`` each becomes its own compression frame."""
-        self._begin_send()
-        try:
+        def put() -> None:
             for packet in packets:
                 for piece in self._writer.encoded_packet(packet):
                     self._out(piece)
-        except S2SError as exc:
-            raise self._fail(exc) from None
-        self._sent(len(packets), content_bytes)
+
+        self._send_prepared(put, len(packets), content_bytes)
 
     def confirm(self) -> None:
         """FINISH_TRANSACTION, then compare the server's CRC with ours: equal -> confirmed (the
@@ -829,6 +685,7 @@ class RawSendTransaction(_RawTransaction):
         with self._lock:
             self._check(ClientEvent.CONFIRM)
         try:
+            self._settle()
             self._pending += self._writer.finish()
             self._flush()
         except S2SError as exc:
@@ -887,6 +744,7 @@ class RawSendTransaction(_RawTransaction):
         conn = self._conn
         if not self._sent_any:
             self._pending.clear()
+            self._stops.clear()
             self._finished()
             return
         try:
@@ -906,7 +764,7 @@ class RawSendTransaction(_RawTransaction):
             self._closed()
 
 
-class RawReceiveTransaction(_RawTransaction):
+class RawReceiveTransaction(_ReceiveBase, _RawTransaction):
     """Receives FlowFiles from an output port over a RAW connection (interface of
     :class:`~pyspark_s2s.client.transaction.ReceiveTransaction`).
 
@@ -922,7 +780,7 @@ class RawReceiveTransaction(_RawTransaction):
         super().__init__(**kw)
         self.has_data = False
         self._requested = False
-        self._queued: deque[DataPacket] = deque()
+        self._queued: deque[Any] = deque()
         self._mode: str | None = None
         self._streaming: StreamedPacket | None = None
         self._checksum = 0
@@ -946,90 +804,36 @@ class RawReceiveTransaction(_RawTransaction):
         self.has_data = True
         reader.start_packets(self.use_compression)
 
-    def _set_mode(self, mode: str) -> None:
-        if self._mode is None:
-            self._mode = mode
-        elif self._mode != mode:
-            raise TransactionStateError(
-                "receive() and receive_record_batch() cannot be mixed in one transaction", **self._ctx())
-
     def _next_event(self) -> Any:
         queued = self._queued
         if queued:
             return queued.popleft()
         reader = self._conn.reader
         if reader.in_packets and not self.use_compression:
-            # whole small packets already received come in bulk (their CRC taken in one call)
+            # the packets already received in one call (the markers between them skipped there)
             try:
-                run = reader.read_packet_run()
+                events = reader.read_packets()
             except S2SError as exc:
                 raise self._fail(exc.with_context(peer=self.peer_url)) from None
-            if run is not None:
-                queued.extend(decode_packets(run.data))
+            if events:
+                queued.extend(events)
                 return queued.popleft()
         ev = self._read(reader.read_packet_event, "the next packet")
         if isinstance(ev, Response):  # a CANCEL: NiFi's server never sends one on RECEIVE
             raise self._fail(self._unexpected(ev, "packets and CONTINUE/FINISH_TRANSACTION"))
         return ev
 
-    def _next_content_chunk(self) -> bytes | None:
-        ev = self._next_event()
-        if isinstance(ev, ContentChunk):
-            self.bytes += len(ev.data)
-            return ev.data
-        if isinstance(ev, PacketEnd):
-            self._streaming = None
-            return None
-        raise self._fail(ProtocolError("stream ended inside a packet's content"))
-
     def _ended(self, ev: PacketsFinished) -> None:
         self._checksum = ev.checksum
         self._handle(ClientEvent.RECEIVE_END)
 
-    def receive(self, *, stream: bool = False) -> DataPacket | StreamedPacket | None:
-        """The next FlowFile, or None after the server's FINISH_TRANSACTION. Content up to 1 MiB
-        arrives whole; larger content too unless ``stream=True`` (a :class:`StreamedPacket`)."""
-        machine = self._machine
-        if machine.state is not ClientState.DATA_EXCHANGED or self._failure is not None:
-            with self._lock:
-                if machine.state is ClientState.DATA_RECEIVED:
-                    return None
-                self._check(ClientEvent.RECEIVE_PACKET)
-        self._set_mode("packets")
-        if self._streaming is not None:
-            for _ in self._streaming.chunks():
-                pass
-            self._streaming = None
-        ev = self._next_event()
-        if isinstance(ev, PacketsFinished):
+    def _packet_event(self) -> Any:
+        queued = self._queued
+        ev = queued.popleft() if queued else self._next_event()
+        if type(ev) is PacketsFinished:
             self._ended(ev)
             return None
-        if isinstance(ev, DataPacket):
-            if machine.state is not ClientState.DATA_EXCHANGED:
-                self._handle(ClientEvent.RECEIVE_PACKET)
-            self.flow_files += 1
-            self.bytes += len(ev.content)
-            if stream:
-                return StreamedPacket(self, dict(ev.attributes), len(ev.content), first=ev.content)  # type: ignore[arg-type]
-            return ev
-        if isinstance(ev, PacketStart):
-            if machine.state is not ClientState.DATA_EXCHANGED:
-                self._handle(ClientEvent.RECEIVE_PACKET)
-            self.flow_files += 1
-            packet = StreamedPacket(self, dict(ev.attributes), ev.content_length)  # type: ignore[arg-type]
-            if stream:
-                self._streaming = packet
-                return packet
-            return DataPacket(packet.attributes, packet.read_all())
-        raise self._fail(ProtocolError(f"unexpected decoder event {ev!r}"))
-
-    def __iter__(self) -> Iterator[DataPacket]:
-        while True:
-            pkt = self.receive()
-            if pkt is None:
-                return
-            assert isinstance(pkt, DataPacket)
-            yield pkt
+        return ev
 
     def receive_record_batch(self, max_rows: int = 16384, max_bytes: int = 64 << 20) -> pa.RecordBatch | None:
         """Up to ``max_rows`` FlowFiles (stopping after ``max_bytes`` of content) as one Arrow
@@ -1111,13 +915,7 @@ class RawReceiveTransaction(_RawTransaction):
         """CONFIRM_TRANSACTION with our CRC; the server answers CONFIRM (equal) or BAD_CHECKSUM
         (:class:`ChecksumMismatch`; it rolled back); then TRANSACTION_FINISHED, on which the
         server commits (the FlowFiles leave its queue). With no data nothing is sent."""
-        with self._lock:
-            if not self._machine.can(ClientEvent.CONFIRM) and self._failure is None and \
-                    self._machine.state in (ClientState.STARTED, ClientState.DATA_EXCHANGED):
-                raise TransactionStateError(
-                    "Cannot confirm: not all data of the transaction has been received "
-                    "(call receive() until it returns None)", **self._ctx())
-            self._check(ClientEvent.CONFIRM)
+        self._check_confirm()
         if not self.has_data:
             self._handle(ClientEvent.CONFIRM)
             return
@@ -1133,17 +931,6 @@ class RawReceiveTransaction(_RawTransaction):
         self._send(encode_response(ResponseCode.TRANSACTION_FINISHED))
         self._result_code = int(ResponseCode.CONFIRM_TRANSACTION)
         self._handle(ClientEvent.CONFIRM)
-
-    def handle(self) -> TransactionHandle:
-        """A picklable description of this transaction once all data is received (peer, port,
-        our checksum). Over RAW it cannot be confirmed from elsewhere: only :meth:`confirm` can."""
-        with self._lock:
-            if self._machine.state is not ClientState.DATA_RECEIVED:
-                raise TransactionStateError(
-                    f"a receive transaction has a handle once all data is received (state {self.state.name})",
-                    **self._ctx())
-        return TransactionHandle(self.transaction_url, self.peer_url, self.port_id, self.ttl_seconds,
-                                 self.flow_files, self.bytes, self._checksum)
 
     def complete(self) -> TransactionCompletion:
         """Finish locally (the server committed at confirm); the connection is reused."""

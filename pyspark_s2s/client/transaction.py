@@ -186,10 +186,11 @@ class _KeepAlive:
             self._thread.join(wait)
 
 
-class _Transaction(metaclass=abc.ABCMeta):
-    """The HTTP transaction; :class:`SendTransaction` and :class:`ReceiveTransaction` are also the
-    client's transaction interfaces: the RAW transport's classes (``client.raw``) register as
-    their virtual subclasses, so ``isinstance`` checks hold for either transport."""
+class _TransactionBase:
+    """What a transaction is on either transport (NiFi's ``Transaction``): its peer, port and
+    id, the state machine of the core's transition tables, the first failure, the counters and
+    the completion. The HTTP classes below and the RAW ones (``client.raw``) add their I/O:
+    ``peer_url`` and :meth:`_drop_io` (what a failure drops: connections, the keep-alive)."""
 
     direction: Direction
     _table: Any
@@ -197,40 +198,32 @@ class _Transaction(metaclass=abc.ABCMeta):
     def __init__(
         self,
         *,
-        transport: HttpTransport,
         peer: PeerStatus,
         port_id: str,
+        port_name: str | None,
         transaction_url: str,
+        transaction_id: str,
         ttl_seconds: int,
-        headers: Callable[[], dict[str, str]],
         use_compression: bool,
-        timeout: float,
-        on_close: Callable[[_Transaction], None] | None = None,
-        port_name: str | None = None,
+        on_close: Callable[[Any], None] | None,
     ) -> None:
-        self._transport = transport
         self.peer = peer
         self.port_id = port_id
         #: the port as configured (its name when one was given), for error context
         self.port_name = port_name or port_id
         self.transaction_url = transaction_url
-        self.transaction_id = transaction_url.rstrip("/").rsplit("/", 1)[-1]
+        self.transaction_id = transaction_id
         self.ttl_seconds = ttl_seconds
-        self._headers = headers
         self.use_compression = use_compression
-        self._timeout = timeout
         self._on_close = on_close
         self._lock = threading.RLock()
         self._machine: TransactionStateMachine[ClientState, ClientEvent] = TransactionStateMachine(
-            self._table, ClientState.STARTED, transaction=self.transaction_id
+            self._table, ClientState.STARTED, transaction=transaction_id
         )
         self._failure: S2SError | None = None
         self._created = time.monotonic()
         self.flow_files = 0
         self.bytes = 0
-        interval = ttl_seconds // 2 if ttl_seconds >= 2 else max(ttl_seconds / 2, 0.5)
-        self._keepalive = _KeepAlive(self, float(interval))
-        self._keepalive.start()
 
     # -- context -----------------------------------------------------------------------------
     @property
@@ -238,13 +231,8 @@ class _Transaction(metaclass=abc.ABCMeta):
         return self._machine.state
 
     @property
-    def peer_url(self) -> str:
-        return self.peer.api_url
-
-    @property
-    def extensions(self) -> int:
-        """How many TTL extensions (PUT) succeeded."""
-        return self._keepalive.extensions
+    def peer_url(self) -> str:  # overridden
+        raise NotImplementedError
 
     def _ctx(self) -> dict[str, Any]:
         return {"peer": self.peer_url, "port": self.port_name, "transaction": self.transaction_id}
@@ -273,10 +261,11 @@ class _Transaction(metaclass=abc.ABCMeta):
             self._machine.handle(event)
 
     def _fail(self, exc: S2SError) -> S2SError:
-        """Move to ERROR, stop the keep-alive, drop connections.
+        """Move to ERROR and drop the transport's I/O (the server rolls back what it held).
 
         Returns the error to raise: the first failure of the transaction (context added), so that
-        a caller interrupted because the keep-alive failed sees that root cause.
+        a caller interrupted because of an earlier failure (e.g. the keep-alive's) sees that root
+        cause.
         """
         err = self._err(exc)
         with self._lock:
@@ -286,22 +275,100 @@ class _Transaction(metaclass=abc.ABCMeta):
             if self._machine.can(ClientEvent.FAIL):
                 self._machine.handle(ClientEvent.FAIL)
         if first:
-            self._keepalive.stop()
-            self._abort_io()
+            self._drop_io()
             self._closed()
         assert self._failure is not None
         return self._failure
 
-    def _keepalive_failed(self, exc: S2SError) -> None:
-        self._fail(exc)
-
-    def _abort_io(self) -> None:  # overridden
+    def _drop_io(self) -> None:  # overridden
         pass
 
     def _closed(self) -> None:
         if self._on_close is not None:
             self._on_close(self)
             self._on_close = None
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if self._machine.is_terminal:
+            return
+        reason = f"{exc_type.__name__}: {exc}" if exc_type is not None else "transaction left open"
+        try:
+            self.cancel(reason)  # type: ignore[attr-defined]
+        except S2SError as cancel_exc:
+            if exc_type is None:
+                raise
+            logger.warning("cancel after %s failed: %s", reason, cancel_exc)
+
+    def _completion(self, response_code: int, checksum: int, backoff: bool = False) -> TransactionCompletion:
+        return TransactionCompletion(
+            flow_files=self.flow_files,
+            bytes=self.bytes,
+            backoff=backoff,
+            duration=time.monotonic() - self._created,
+            peer=self.peer_url,
+            transaction_url=self.transaction_url,
+            response_code=response_code,
+            checksum=checksum,
+        )
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(peer={self.peer_url!r}, transaction={self.transaction_id!r}, "
+                f"state={self.state.name}, flow_files={self.flow_files})")
+
+
+class _Transaction(_TransactionBase, metaclass=abc.ABCMeta):
+    """The HTTP transaction; :class:`SendTransaction` and :class:`ReceiveTransaction` are also the
+    client's transaction interfaces: the RAW transport's classes (``client.raw``) register as
+    their virtual subclasses, so ``isinstance`` checks hold for either transport."""
+
+    def __init__(
+        self,
+        *,
+        transport: HttpTransport,
+        peer: PeerStatus,
+        port_id: str,
+        transaction_url: str,
+        ttl_seconds: int,
+        headers: Callable[[], dict[str, str]],
+        use_compression: bool,
+        timeout: float,
+        on_close: Callable[[_Transaction], None] | None = None,
+        port_name: str | None = None,
+    ) -> None:
+        super().__init__(
+            peer=peer, port_id=port_id, port_name=port_name, transaction_url=transaction_url,
+            transaction_id=transaction_url.rstrip("/").rsplit("/", 1)[-1], ttl_seconds=ttl_seconds,
+            use_compression=use_compression, on_close=on_close,
+        )
+        self._transport = transport
+        self._headers = headers
+        self._timeout = timeout
+        interval = ttl_seconds // 2 if ttl_seconds >= 2 else max(ttl_seconds / 2, 0.5)
+        self._keepalive = _KeepAlive(self, float(interval))
+        self._keepalive.start()
+
+    @property
+    def peer_url(self) -> str:
+        return self.peer.api_url
+
+    @property
+    def extensions(self) -> int:
+        """How many TTL extensions (PUT) succeeded."""
+        return self._keepalive.extensions
+
+    def _drop_io(self) -> None:
+        """A failure stops the keep-alive and drops connections."""
+        self._keepalive.stop()
+        self._abort_io()
+
+    def _keepalive_failed(self, exc: S2SError) -> None:
+        self._fail(exc)
+
+    def _abort_io(self) -> None:  # overridden
+        pass
 
     def _stop_keepalive(self) -> None:
         self._keepalive.stop(wait=self._timeout + 1)
@@ -359,36 +426,6 @@ class _Transaction(metaclass=abc.ABCMeta):
             logger.debug("cancel of %s: server no longer knows the transaction", self.transaction_url)
         finally:
             self._closed()
-
-    def __enter__(self) -> Any:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if self._machine.is_terminal:
-            return
-        reason = f"{exc_type.__name__}: {exc}" if exc_type is not None else "transaction left open"
-        try:
-            self.cancel(reason)
-        except S2SError as cancel_exc:
-            if exc_type is None:
-                raise
-            logger.warning("cancel after %s failed: %s", reason, cancel_exc)
-
-    def _completion(self, response_code: int, checksum: int, backoff: bool = False) -> TransactionCompletion:
-        return TransactionCompletion(
-            flow_files=self.flow_files,
-            bytes=self.bytes,
-            backoff=backoff,
-            duration=time.monotonic() - self._created,
-            peer=self.peer_url,
-            transaction_url=self.transaction_url,
-            response_code=response_code,
-            checksum=checksum,
-        )
-
-    def __repr__(self) -> str:
-        return (f"{type(self).__name__}(peer={self.peer_url!r}, transaction={self.transaction_id!r}, "
-                f"state={self.state.name}, flow_files={self.flow_files})")
 
 
 # -- send ------------------------------------------------------------------------------------
@@ -495,7 +532,159 @@ class _Upload:
             self._thread.join(timeout=self._timeout + 1)
 
 
-class SendTransaction(_Transaction):
+class _SendBase(_TransactionBase):
+    """The writing side of a send transaction on either transport: :meth:`send` of bytes, str
+    and file-likes (a stream of unknown length spooled first), the hot path of small
+    uncompressed packets, the pre-encoded sends' envelope, the state and the counters. The
+    transport supplies where the bytes go:
+
+    * :meth:`_start` before the first bytes (HTTP: the upload's POST);
+    * :meth:`_gather` the codec bytes of one small uncompressed packet, checksummed (and, over
+      RAW, marked) later in bulk, and :meth:`_settle` which does that (before any other encoder
+      call, so that the CRC keeps the packets' order);
+    * :meth:`_put_packet` one small packet through the encoder (compression);
+    * :meth:`_put_header`, :meth:`_put_content`, :meth:`_put_end` a packet whose content is large
+      or streams.
+    """
+
+    _started = False
+
+    def _start(self) -> None:
+        pass
+
+    def _gather(self, header: bytes, content: bytes) -> None:  # overridden
+        raise NotImplementedError
+
+    def _settle(self) -> None:  # overridden
+        raise NotImplementedError
+
+    def _put_packet(self, attrs: Mapping[str, str], content: bytes) -> None:  # overridden
+        raise NotImplementedError
+
+    def _put_header(self, attrs: Mapping[str, str], size: int) -> None:  # overridden
+        raise NotImplementedError
+
+    def _put_content(self, content: bytes) -> None:  # overridden
+        raise NotImplementedError
+
+    def _put_end(self) -> None:  # overridden
+        raise NotImplementedError
+
+    def send(
+        self,
+        content: bytes | bytearray | memoryview | BinaryIO | str,
+        attributes: Mapping[str, str] | None = None,
+        length: int | None = None,
+    ) -> None:
+        """Send one FlowFile: ``content`` as bytes (or str, UTF-8) or a binary file-like object.
+
+        File-like content is streamed in chunks and never held whole; its length is taken from
+        ``length``, or from the file (seekable files); a non-seekable stream of unknown length
+        is spooled to a temporary file first.
+        """
+        machine = self._machine
+        if machine.state is not ClientState.DATA_EXCHANGED or self._failure is not None:
+            with self._lock:
+                self._check(ClientEvent.SEND_PACKET)
+        attrs: Mapping[str, str] = attributes if attributes is not None else {}
+        if isinstance(content, str):
+            content = content.encode("utf-8")
+        try:
+            if not self._started:
+                self._start()
+                self._started = True
+            if isinstance(content, (bytes, bytearray, memoryview)):
+                if not isinstance(content, bytes):
+                    # a mutable buffer could change while queued: take a snapshot
+                    content = bytes(content)
+                size = len(content)
+                if size < _DIRECT and not self.use_compression:
+                    # the hot path for small FlowFiles: header and content gathered; the CRC
+                    # is taken over the whole gathered chunk when it is flushed
+                    try:
+                        header = encode_packet_header(attrs, size)
+                    except (AttributeError, TypeError):
+                        _check_attributes(attrs)
+                        raise
+                    self._gather(header, content)
+                elif size < _DIRECT:
+                    self._settle()
+                    try:
+                        self._put_packet(attrs, content)
+                    except (AttributeError, TypeError):
+                        _check_attributes(attrs)
+                        raise
+                else:
+                    self._begin(attrs, size)
+                    self._put_content(content)
+                    self._put_end()
+            else:
+                size = self._send_stream(content, attrs, length)
+        except S2SError as exc:
+            raise self._fail(exc) from None
+        if machine.state is not ClientState.DATA_EXCHANGED:
+            self._handle(ClientEvent.SEND_PACKET)
+        self.flow_files += 1
+        self.bytes += size
+
+    def _begin(self, attrs: Mapping[str, str], size: int) -> None:
+        self._settle()
+        try:
+            self._put_header(attrs, size)
+        except (AttributeError, TypeError):
+            _check_attributes(attrs)
+            raise
+
+    def _send_stream(self, stream: BinaryIO, attrs: Mapping[str, str], length: int | None) -> int:
+        spooled: Any = None
+        if length is None:
+            length = _stream_length(stream)
+        if length is None:
+            spooled = tempfile.SpooledTemporaryFile(max_size=8 << 20)  # noqa: SIM115 (closed below)
+            while block := stream.read(_SLICE):
+                spooled.write(block)
+            length = spooled.tell()
+            spooled.seek(0)
+            stream = spooled
+        try:
+            self._begin(attrs, length)
+            left = length
+            while left > 0:
+                block = stream.read(min(_SLICE, left))
+                if not block:
+                    raise ProtocolError(
+                        f"content stream ended {left} bytes before the declared length {length}"
+                    )
+                self._put_content(bytes(block))
+                left -= len(block)
+            self._put_end()
+        finally:
+            if spooled is not None:
+                spooled.close()
+        return length
+
+    def _send_prepared(self, put: Callable[[], None], flow_files: int, content_bytes: int) -> None:
+        """The envelope of the pre-encoded sends: state check, start, ``put()`` the wire bytes,
+        then the state and the counters."""
+        machine = self._machine
+        if machine.state is not ClientState.DATA_EXCHANGED or self._failure is not None:
+            with self._lock:
+                self._check(ClientEvent.SEND_PACKET)
+        try:
+            if not self._started:
+                self._start()
+                self._started = True
+            self._settle()
+            put()
+        except S2SError as exc:
+            raise self._fail(exc) from None
+        if machine.state is not ClientState.DATA_EXCHANGED:
+            self._handle(ClientEvent.SEND_PACKET)
+        self.flow_files += flow_files
+        self.bytes += content_bytes
+
+
+class SendTransaction(_SendBase, _Transaction):
     """A transaction that sends FlowFiles to an input port.
 
     ``send()`` as often as needed (content streams to the server as you go), then ``confirm()``
@@ -532,13 +721,14 @@ class SendTransaction(_Transaction):
 
     def _settle(self) -> None:
         """Checksum and count the small packets :meth:`send` appended without the encoder."""
+        if not self._raw_packets:
+            return
         with memoryview(self._pending) as view:
             self._encoder.encoded(view[self._raw_start :], self._raw_packets)
         self._raw_packets = 0
 
     def _flush(self) -> None:
-        if self._raw_packets:
-            self._settle()
+        self._settle()
         if self._pending:
             chunk = bytes(self._pending)
             self._pending.clear()
@@ -562,76 +752,29 @@ class SendTransaction(_Transaction):
         assert self._upload is not None
         self._upload.put([view[i : i + _SLICE] for i in range(0, len(view), _SLICE)])
 
-    def _start_upload(self) -> None:
+    def _start(self) -> None:
         self._transport.prime_proxy_auth(self.peer_url, self._hdrs(Accept="application/json"))
         self._upload = _Upload(self)
         self._upload.start()
 
-    def send(
-        self,
-        content: bytes | bytearray | memoryview | BinaryIO | str,
-        attributes: Mapping[str, str] | None = None,
-        length: int | None = None,
-    ) -> None:
-        """Send one FlowFile: ``content`` as bytes (or str, UTF-8) or a binary file-like object.
+    def _gather(self, header: bytes, content: bytes) -> None:
+        pending = self._pending
+        if not self._raw_packets:
+            self._raw_start = len(pending)
+        pending += header
+        pending += content
+        self._raw_packets += 1
+        if len(pending) >= UPLOAD_CHUNK:
+            self._flush()
 
-        File-like content is streamed in chunks and never held whole; its length is taken from
-        ``length``, or from the file (seekable files); a non-seekable stream of unknown length
-        is spooled to a temporary file first.
-        """
-        machine = self._machine
-        if machine.state is not ClientState.DATA_EXCHANGED or self._failure is not None:
-            with self._lock:
-                self._check(ClientEvent.SEND_PACKET)
-        attrs: Mapping[str, str] = attributes if attributes is not None else {}
-        if isinstance(content, str):
-            content = content.encode("utf-8")
-        try:
-            if self._upload is None:
-                self._start_upload()
-            if self._raw_packets and not (isinstance(content, bytes) and len(content) < _DIRECT):
-                self._settle()  # before the encoder makes more bytes
-            if isinstance(content, (bytes, bytearray, memoryview)):
-                if not isinstance(content, bytes):
-                    # a mutable buffer could change while queued: take a snapshot
-                    content = bytes(content)
-                size = len(content)
-                if size < _DIRECT and not self._encoder.compress:
-                    # the hot path for small FlowFiles: header and content straight into the
-                    # pending chunk; the CRC is taken over the whole chunk when it is flushed
-                    try:
-                        header = encode_packet_header(attrs, size)
-                    except (AttributeError, TypeError):
-                        _check_attributes(attrs)
-                        raise
-                    pending = self._pending
-                    if not self._raw_packets:
-                        self._raw_start = len(pending)
-                    pending += header
-                    pending += content
-                    self._raw_packets += 1
-                    if len(pending) >= UPLOAD_CHUNK:
-                        self._flush()
-                elif size < _DIRECT:
-                    try:
-                        self._put(self._encoder.packet(attrs, content))
-                    except (AttributeError, TypeError):
-                        _check_attributes(attrs)
-                        raise
-                else:
-                    self._put(self._begin(attrs, size))
-                    self._put_content(content)
-                    self._put(self._encoder.end())
-            else:
-                size = self._send_stream(content, attrs, length)
-        except S2SError as exc:
-            raise self._fail(exc) from None
-        except ProtocolError as exc:  # pragma: no cover - ProtocolError is an S2SError
-            raise self._fail(exc) from None
-        if machine.state is not ClientState.DATA_EXCHANGED:
-            self._handle(ClientEvent.SEND_PACKET)
-        self.flow_files += 1
-        self.bytes += size
+    def _put_packet(self, attrs: Mapping[str, str], content: bytes) -> None:
+        self._put(self._encoder.packet(attrs, content))
+
+    def _put_header(self, attrs: Mapping[str, str], size: int) -> None:
+        self._put(self._encoder.begin(attrs, size))
+
+    def _put_end(self) -> None:
+        self._put(self._encoder.end())
 
     def send_encoded(self, parts: list[bytes | memoryview], flow_files: int, content_bytes: int) -> None:
         """Send ``flow_files`` whole packets the caller encoded in NiFi's codec (``parts``: their
@@ -649,26 +792,6 @@ class SendTransaction(_Transaction):
 
         self._send_prepared(put, flow_files, content_bytes)
 
-    def _send_prepared(self, put: Callable[[], None], flow_files: int, content_bytes: int) -> None:
-        """The envelope of the pre-encoded sends: state check, upload start, ``put()`` the wire
-        bytes, then the state and the counters."""
-        machine = self._machine
-        if machine.state is not ClientState.DATA_EXCHANGED or self._failure is not None:
-            with self._lock:
-                self._check(ClientEvent.SEND_PACKET)
-        try:
-            if self._upload is None:
-                self._start_upload()
-            if self._raw_packets:
-                self._settle()
-            put()
-        except S2SError as exc:
-            raise self._fail(exc) from None
-        if machine.state is not ClientState.DATA_EXCHANGED:
-            self._handle(ClientEvent.SEND_PACKET)
-        self.flow_files += flow_files
-        self.bytes += content_bytes
-
     def send_encoded_packets(self, packets: Sequence[Sequence[bytes | memoryview]], content_bytes: int) -> None:
         """Send whole packets the caller encoded in NiFi's codec, one sequence of buffers per
         packet (e.g. its header and its content, slices of Arrow buffers). Like
@@ -685,49 +808,10 @@ class SendTransaction(_Transaction):
 
         self._send_prepared(put, len(packets), content_bytes)
 
-    def _begin(self, attrs: Mapping[str, str], size: int) -> bytes:
-        try:
-            return self._encoder.begin(attrs, size)
-        except (AttributeError, TypeError):
-            _check_attributes(attrs)
-            raise
-
-    def _send_stream(self, stream: BinaryIO, attrs: Mapping[str, str], length: int | None) -> int:
-        spooled: Any = None
-        if length is None:
-            length = _stream_length(stream)
-        if length is None:
-            spooled = tempfile.SpooledTemporaryFile(max_size=8 << 20)  # noqa: SIM115 (closed below)
-            while True:
-                block = stream.read(UPLOAD_CHUNK)
-                if not block:
-                    break
-                spooled.write(block)
-            length = spooled.tell()
-            spooled.seek(0)
-            stream = spooled
-        try:
-            self._put(self._begin(attrs, length))
-            left = length
-            while left > 0:
-                block = stream.read(min(_SLICE, left))
-                if not block:
-                    raise ProtocolError(
-                        f"content stream ended {left} bytes before the declared length {length}"
-                    )
-                self._put_content(bytes(block))
-                left -= len(block)
-            self._put(self._encoder.end())
-        finally:
-            if spooled is not None:
-                spooled.close()
-        return length
-
     @property
     def checksum(self) -> int:
         """Our CRC32 of everything sent so far."""
-        if self._raw_packets:
-            self._settle()
+        self._settle()
         return self._encoder.checksum
 
     def confirm(self) -> None:
@@ -922,7 +1006,119 @@ class _PacketReader(io.RawIOBase):
         return super().read(size) or b""
 
 
-class ReceiveTransaction(_Transaction):
+class _ReceiveBase(_TransactionBase):
+    """The reading side of a receive transaction on either transport: the per-packet
+    ``receive()`` and its iteration, streamed content, the one reading style per transaction,
+    the confirm precondition and the handle. The transport supplies :meth:`_packet_event` (the
+    next decoder event, or None once the data ended: checksum kept, RECEIVE_END handled),
+    :meth:`_next_event` (the next event inside a packet's content) and ``checksum``."""
+
+    _mode: str | None
+    _streaming: StreamedPacket | None
+
+    @property
+    def checksum(self) -> int:  # overridden
+        raise NotImplementedError
+
+    def _packet_event(self) -> Any:  # overridden
+        raise NotImplementedError
+
+    def _next_event(self) -> Any:  # overridden
+        raise NotImplementedError
+
+    def _set_mode(self, mode: str) -> None:
+        if self._mode is None:
+            self._mode = mode
+        elif self._mode != mode:
+            raise TransactionStateError(
+                "receive() and receive_record_batch() cannot be mixed in one transaction", **self._ctx()
+            )
+
+    def _next_content_chunk(self) -> bytes | None:
+        try:
+            ev = self._next_event()
+        except ProtocolError as exc:
+            raise self._fail(exc) from None
+        if isinstance(ev, ContentChunk):
+            self.bytes += len(ev.data)
+            return ev.data
+        if isinstance(ev, PacketEnd):
+            self._streaming = None
+            return None
+        raise self._fail(ProtocolError("stream ended inside a packet's content"))
+
+    def receive(self, *, stream: bool = False) -> DataPacket | StreamedPacket | None:
+        """The next FlowFile, or None when the server has no more (for this transaction).
+
+        Content of up to 1 MiB arrives whole; larger content too, unless ``stream=True``, which
+        returns a :class:`StreamedPacket` whose ``content`` is read as a stream.
+        """
+        machine = self._machine
+        if machine.state is not ClientState.DATA_EXCHANGED or self._failure is not None:
+            with self._lock:
+                if machine.state is ClientState.DATA_RECEIVED:
+                    return None
+                self._check(ClientEvent.RECEIVE_PACKET)
+            self._set_mode("packets")
+        elif self._mode != "packets":
+            self._set_mode("packets")
+        if self._streaming is not None:
+            # skip what the caller did not read of the previous streamed packet
+            for _ in self._streaming.chunks():
+                pass
+            self._streaming = None
+        ev = self._packet_event()
+        if ev is None:
+            return None
+        if isinstance(ev, (DataPacket, PacketStart)):
+            if machine.state is not ClientState.DATA_EXCHANGED:
+                self._handle(ClientEvent.RECEIVE_PACKET)
+            self.flow_files += 1
+        if isinstance(ev, DataPacket):
+            self.bytes += len(ev.content)
+            if stream:
+                return StreamedPacket(self, dict(ev.attributes), len(ev.content), first=ev.content)  # type: ignore[arg-type]
+            return ev
+        if isinstance(ev, PacketStart):
+            packet = StreamedPacket(self, dict(ev.attributes), ev.content_length)  # type: ignore[arg-type]
+            if stream:
+                self._streaming = packet
+                return packet
+            return DataPacket(packet.attributes, packet.read_all())
+        raise self._fail(ProtocolError(f"unexpected decoder event {ev!r}"))
+
+    def __iter__(self) -> Iterator[DataPacket]:
+        while True:
+            pkt = self.receive()
+            if pkt is None:
+                return
+            assert isinstance(pkt, DataPacket)
+            yield pkt
+
+    def _check_confirm(self) -> None:
+        """Confirm is allowed only once all data was received (or the transaction failed)."""
+        with self._lock:
+            if not self._machine.can(ClientEvent.CONFIRM) and self._failure is None and \
+                    self._machine.state in (ClientState.STARTED, ClientState.DATA_EXCHANGED):
+                raise TransactionStateError(
+                    "Cannot confirm: not all data of the transaction has been received "
+                    "(call receive() until it returns None)", **self._ctx())
+            self._check(ClientEvent.CONFIRM)
+
+    def handle(self) -> TransactionHandle:
+        """A picklable handle of this transaction once all its data was received (its URL, peer
+        and our checksum), so the confirm can be sent later or by another process with
+        :meth:`SiteToSiteClient.confirm_receive` (HTTP only). The transaction itself stays usable."""
+        with self._lock:
+            if self._machine.state is not ClientState.DATA_RECEIVED:
+                raise TransactionStateError(
+                    f"a receive transaction has a handle once all data is received (state {self.state.name})",
+                    **self._ctx())
+        return TransactionHandle(self.transaction_url, self.peer_url, self.port_id, self.ttl_seconds,
+                                 self.flow_files, self.bytes, self.checksum)
+
+
+class ReceiveTransaction(_ReceiveBase, _Transaction):
     """A transaction that receives FlowFiles from an output port.
 
     ``receive()`` until it returns None (or ``receive_record_batch()`` until None), then
@@ -988,14 +1184,6 @@ class ReceiveTransaction(_Transaction):
         # until the commit DELETE, which the caller may delay (it costs one PUT per TTL/2)
 
     # -- receive() ---------------------------------------------------------------------------
-    def _set_mode(self, mode: str) -> None:
-        if self._mode is None:
-            self._mode = mode
-        elif self._mode != mode:
-            raise TransactionStateError(
-                "receive() and receive_record_batch() cannot be mixed in one transaction", **self._ctx()
-            )
-
     def _next_event(self) -> Any:
         while True:
             ev = self._decoder.next_event()
@@ -1007,39 +1195,7 @@ class ReceiveTransaction(_Transaction):
                 return None
             self._decoder.feed(data)
 
-    def _next_content_chunk(self) -> bytes | None:
-        try:
-            ev = self._next_event()
-        except ProtocolError as exc:
-            raise self._fail(exc) from None
-        if isinstance(ev, ContentChunk):
-            self.bytes += len(ev.data)
-            return ev.data
-        if isinstance(ev, PacketEnd):
-            self._streaming = None
-            return None
-        raise self._fail(ProtocolError("stream ended inside a packet's content"))
-
-    def receive(self, *, stream: bool = False) -> DataPacket | StreamedPacket | None:
-        """The next FlowFile, or None when the server has no more (for this transaction).
-
-        Content of up to 1 MiB arrives whole; larger content too, unless ``stream=True``, which
-        returns a :class:`StreamedPacket` whose ``content`` is read as a stream.
-        """
-        machine = self._machine
-        if machine.state is not ClientState.DATA_EXCHANGED or self._failure is not None:
-            with self._lock:
-                if machine.state is ClientState.DATA_RECEIVED:
-                    return None
-                self._check(ClientEvent.RECEIVE_PACKET)
-            self._set_mode("packets")
-        elif self._mode != "packets":
-            self._set_mode("packets")
-        if self._streaming is not None:
-            # skip what the caller did not read of the previous streamed packet
-            for _ in self._streaming.chunks():
-                pass
-            self._streaming = None
+    def _packet_event(self) -> Any:
         try:
             ev = self._decoder.next_event()
             if ev is NEED_DATA:
@@ -1049,32 +1205,7 @@ class ReceiveTransaction(_Transaction):
         if ev is None:
             self._checksum = self._decoder.checksum
             self._end_of_data()
-            return None
-        if isinstance(ev, DataPacket):
-            if machine.state is not ClientState.DATA_EXCHANGED:
-                self._handle(ClientEvent.RECEIVE_PACKET)
-            self.flow_files += 1
-            self.bytes += len(ev.content)
-            if stream:
-                return StreamedPacket(self, dict(ev.attributes), len(ev.content), first=ev.content)
-            return ev
-        if isinstance(ev, PacketStart):
-            self._handle(ClientEvent.RECEIVE_PACKET)
-            self.flow_files += 1
-            packet = StreamedPacket(self, dict(ev.attributes), ev.content_length)
-            if stream:
-                self._streaming = packet
-                return packet
-            return DataPacket(packet.attributes, packet.read_all())
-        raise self._fail(ProtocolError(f"unexpected decoder event {ev!r}"))
-
-    def __iter__(self) -> Iterator[DataPacket]:
-        while True:
-            pkt = self.receive()
-            if pkt is None:
-                return
-            assert isinstance(pkt, DataPacket)
-            yield pkt
+        return ev
 
     # -- Arrow -------------------------------------------------------------------------------
     def receive_record_batch(self, max_rows: int = 16384, max_bytes: int = 64 << 20) -> pa.RecordBatch | None:
@@ -1120,13 +1251,7 @@ class ReceiveTransaction(_Transaction):
 
         All data must have been received first. With no data nothing is sent.
         """
-        with self._lock:
-            if not self._machine.can(ClientEvent.CONFIRM) and self._failure is None and \
-                    self._machine.state in (ClientState.STARTED, ClientState.DATA_EXCHANGED):
-                raise TransactionStateError(
-                    "Cannot confirm: not all data of the transaction has been received "
-                    "(call receive() until it returns None)", **self._ctx())
-            self._check(ClientEvent.CONFIRM)
+        self._check_confirm()
         crc = self.checksum
         self._stop_keepalive()
         if self.flow_files == 0:
@@ -1150,18 +1275,6 @@ class ReceiveTransaction(_Transaction):
                                  f"confirm answered response code {code}; expected 12", response_code=code))
         self._result_code = code
         self._handle(ClientEvent.CONFIRM)
-
-    def handle(self) -> TransactionHandle:
-        """A picklable handle of this transaction once all its data was received (its URL, peer
-        and our checksum), so the confirm can be sent later or by another process with
-        :meth:`SiteToSiteClient.confirm_receive`. The transaction itself stays usable."""
-        with self._lock:
-            if self._machine.state is not ClientState.DATA_RECEIVED:
-                raise TransactionStateError(
-                    f"a receive transaction has a handle once all data is received (state {self.state.name})",
-                    **self._ctx())
-        return TransactionHandle(self.transaction_url, self.peer_url, self.port_id, self.ttl_seconds,
-                                 self.flow_files, self.bytes, self.checksum)
 
     def complete(self) -> TransactionCompletion:
         """Finish locally (the server committed at confirm)."""

@@ -568,7 +568,9 @@ def scan_ends(
 
     ``separator`` (RAW Site-to-Site's CONTINUE_TRANSACTION): every packet after the first must
     follow it; the scan stops where a packet is not followed by the whole separator. It belongs
-    to no packet: the offsets skip it, and the returned offset is the end of the last packet.
+    to no packet: the offsets in ``ends`` are those of the packets put back to back (packet
+    ``i`` recorded ``i * len(separator)`` bytes further to the front than it lies in ``buf``),
+    while the returned offset is where the last packet ends in ``buf``.
     """
     ends = array("q")
     counts = array("q")
@@ -581,11 +583,13 @@ def scan_ends(
     stop = size - 12  # a packet takes at least 12 bytes
     p = end = start
     sep_len = len(separator)
+    shift = 0  # separator bytes skipped so far (0 without one)
     for _ in range(max_packets):
         if sep_len and counts:
             if not buf.startswith(separator, p):
                 break
             p += sep_len
+            shift += sep_len
         if p > stop:
             break
         try:
@@ -595,12 +599,12 @@ def scan_ends(
                     f"packet {len(counts) + 1}: attribute count {cnt} is outside 0..{max_attributes}"
                 )
             q = p + 4
-            app(q)
+            app(q - shift)
             for _ in range(cnt):
                 q += 4 + u32(buf, q)[0]
-                app(q)
+                app(q - shift)
                 q += 4 + u32(buf, q)[0]
-                app(q)
+                app(q - shift)
             cl = i64(buf, q)[0]
         except struct.error:  # the packet is not complete yet
             break
@@ -611,7 +615,7 @@ def scan_ends(
         q += 8 + cl
         if q > size:
             break  # content not complete yet
-        app(q)
+        app(q - shift)
         capp(cnt)
         p = end = q
     # drop what an incomplete last packet appended

@@ -76,15 +76,13 @@ from __future__ import annotations
 import enum
 import re
 import struct
-from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, chain, repeat
-from operator import sub
+from itertools import accumulate, repeat
+from operator import add, mul, sub
 from typing import Final, TypeVar
 
 from pyspark_s2s.errors import ChecksumMismatch, ProtocolError
-from pyspark_s2s.protocol._crc import crc32
 from pyspark_s2s.protocol.codec import (
     DEFAULT_INLINE_CONTENT_LIMIT,
     DEFAULT_MAX_HEADER_BYTES,
@@ -97,7 +95,6 @@ from pyspark_s2s.protocol.codec import (
     PacketEnd,
     PacketRun,
     PacketStart,
-    encode_packet_header,
     scan_ends,
 )
 from pyspark_s2s.protocol.codes import ResponseCode
@@ -105,9 +102,9 @@ from pyspark_s2s.protocol.compression import (
     DEFAULT_MAX_CHUNK,
     FRAME_END,
     FrameReader,
-    FrameWriter,
 )
 from pyspark_s2s.protocol.peers import PeerStatus
+from pyspark_s2s.protocol.stream import PacketStreamEncoder
 
 __all__ = [
     "CODEC_RESOURCE",
@@ -447,108 +444,44 @@ def encode_confirm(checksum: int) -> bytes:
 CONFIRM_OK: Final = _RC + b"\x0c\x00\x00"
 
 
-class RawPacketWriter:
-    """The data sender's side of one transaction's packet section.
+class RawPacketWriter(PacketStreamEncoder):
+    """The data sender's side of one transaction's packet section: the HTTP body's encoder
+    (:class:`~pyspark_s2s.protocol.stream.PacketStreamEncoder`: codec, one compression frame per
+    packet, the CRC) with RAW's markers, CONTINUE_TRANSACTION before every packet but the first
+    and FINISH_TRANSACTION at the end.
 
-    ``packet(attributes, content)`` returns the bytes of one packet (a compression frame of its
-    own with ``compress``), preceded by CONTINUE_TRANSACTION unless it is the first;
-    ``append_packet`` appends the same to a caller's buffer; ``begin`` / ``content`` / ``end`` do
-    it for content that streams; ``encoded``, ``encoded_packet`` and ``wire_packets`` take packets
-    the caller encoded itself. ``finish()`` returns FINISH_TRANSACTION; at least one packet must
-    come first (NiFi's client refuses to confirm an empty transaction, and a sender of
-    RECEIVE_FLOWFILES answers NO_MORE_DATA instead). ``checksum`` is the CRC32 of the uncompressed
-    packet bytes (never the markers), the value the receiver must confirm.
+    ``packet(attributes, content)`` returns the bytes of one packet, ``append_packet`` appends
+    them to a caller's buffer; ``begin`` / ``content`` / ``end`` do it for content that streams;
+    ``encoded``, ``encoded_packet``, ``wire_packets`` and ``contiguous`` take packets the caller
+    encoded itself. ``finish()`` returns FINISH_TRANSACTION; at least one packet must come first
+    (NiFi's client refuses to confirm an empty transaction, and a sender of RECEIVE_FLOWFILES
+    answers NO_MORE_DATA instead). ``checksum`` is the CRC32 of the uncompressed packet bytes
+    (never the markers), the value the receiver must confirm.
     """
 
     _CONTINUE: Final = _RC + b"\x0a"
     _FINISH: Final = _RC + b"\x0b"
 
     def __init__(self, compress: bool = False) -> None:
-        self.compress = compress
-        self._crc = 0
-        self._packets = 0
-        self._left: int | None = None  # content bytes still expected while a packet streams
-        self._frame: FrameWriter | None = None
+        super().__init__(compress)
         self._finished = False
-
-    @property
-    def checksum(self) -> int:
-        return self._crc
-
-    @property
-    def packets(self) -> int:
-        return self._packets
-
-    @property
-    def in_packet(self) -> bool:
-        return self._left is not None
 
     def _lead(self) -> bytes:
         if self._finished:
             raise ProtocolError("packet written after FINISH_TRANSACTION")
-        if self._left is not None:
+        if self.in_packet:
             raise ProtocolError("a new packet while the previous one is still open")
-        return self._CONTINUE if self._packets else b""
+        return self._CONTINUE if self.packets else b""
 
-    def packet(self, attributes: Mapping[str, str], content: bytes | bytearray | memoryview) -> bytes:
-        out = bytearray()
-        self.append_packet(out, attributes, content)
-        return bytes(out)
+    def begin(self, attributes: Mapping[str, str], content_length: int) -> bytes:
+        lead = self._lead()
+        return lead + super().begin(attributes, content_length)
 
     def append_packet(
         self, out: bytearray, attributes: Mapping[str, str], content: bytes | bytearray | memoryview
     ) -> None:
         """Append one whole packet's wire bytes (CONTINUE first where needed) to ``out``."""
-        lead = self._lead()
-        header = encode_packet_header(attributes, len(content))
-        crc = crc32(header, self._crc)
-        self._crc = crc32(content, crc)
-        self._packets += 1
-        out += lead
-        if self.compress:
-            frame = FrameWriter()
-            out += frame.write(header)
-            out += frame.write(content)
-            out += frame.close()
-        else:
-            out += header
-            out += content
-
-    def begin(self, attributes: Mapping[str, str], content_length: int) -> bytes:
-        lead = self._lead()
-        header = encode_packet_header(attributes, content_length)
-        self._crc = crc32(header, self._crc)
-        self._left = content_length
-        if self.compress:
-            self._frame = FrameWriter()
-            return lead + self._frame.write(header)
-        return lead + header
-
-    def content(self, chunk: bytes | bytearray | memoryview) -> bytes | bytearray | memoryview:
-        if self._left is None:
-            raise ProtocolError("content() called outside a packet")
-        if len(chunk) > self._left:
-            raise ProtocolError(
-                f"packet content longer than its declared length ({self._left} bytes left, got {len(chunk)})"
-            )
-        self._left -= len(chunk)
-        self._crc = crc32(chunk, self._crc)
-        if self._frame is not None:
-            return self._frame.write(chunk)
-        return chunk
-
-    def end(self) -> bytes:
-        if self._left is None:
-            raise ProtocolError("end() called outside a packet")
-        if self._left:
-            raise ProtocolError(f"packet content is {self._left} bytes shorter than declared")
-        self._left = None
-        self._packets += 1
-        if self._frame is not None:
-            tail = self._frame.close()
-            self._frame = None
-            return tail
-        return b""
+        out += self.packet(attributes, content)
 
     def encoded_packet(
         self, pieces: Sequence[bytes | bytearray | memoryview]
@@ -557,85 +490,52 @@ class RawPacketWriter:
         order); returns the wire pieces, CONTINUE first where needed (with compression: the
         packet as one frame)."""
         lead = self._lead()
-        out: list[bytes | bytearray | memoryview] = [lead] if lead else []
-        frame = FrameWriter() if self.compress else None
-        crc = self._crc
-        for piece in pieces:
-            crc = crc32(piece, crc)
-            if frame is None:
-                out.append(piece)
-            else:
-                wire = frame.write(piece)
-                if wire:
-                    out.append(wire)
-        if frame is not None:
-            out.append(frame.close())
-        self._crc = crc
-        self._packets += 1
-        return out
+        out = super().encoded_packet(pieces)
+        return [lead, *out] if lead else out
 
     def wire_packets(
         self, packets: Sequence[bytes | bytearray | memoryview]
     ) -> list[bytes | bytearray | memoryview]:
-        """Bulk :meth:`encoded_packet`: each element one whole uncompressed packet (e.g. a slice
-        of a buffer the server keeps FlowFiles in); returns the wire pieces with CONTINUE between
-        them (not copied without compression)."""
-        if self.compress:
-            return [piece for packet in packets for piece in self.encoded_packet([packet])]
-        if not packets:
-            return []
-        lead = self._lead()
-        cont = self._CONTINUE
-        crc = self._crc
-        out: list[bytes | bytearray | memoryview] = []
-        append = out.append
-        for packet in packets:
-            append(cont)
-            append(packet)
-            crc = crc32(packet, crc)
-        if not lead:
-            del out[0]
-        self._crc = crc
-        self._packets += len(packets)
-        return out
+        """Bulk :meth:`encoded_packet`: each element one whole uncompressed packet; returns the
+        wire pieces with CONTINUE between them (not copied without compression)."""
+        return [piece for packet in packets for piece in self.encoded_packet([packet])]
 
-    def encoded(
-        self, parts: Sequence[bytes | bytearray | memoryview], packets: int
-    ) -> list[bytes | memoryview]:
-        """``packets`` whole packets the caller encoded itself (their uncompressed codec bytes,
-        in order, cut anywhere into ``parts``), checksummed and counted as if :meth:`packet` had
-        made them; returns the wire pieces with CONTINUE between the packets. Not with
-        compression (each packet must be its own frame: see :meth:`encoded_packet`)."""
+    def encoded(self, plain: bytes | bytearray | memoryview, packets: int) -> bytes:
+        """``packets`` whole packets the caller encoded itself (their uncompressed codec bytes
+        back to back), checksummed and counted as if :meth:`packet` had made them; returns
+        their wire bytes, CONTINUE between the packets. Not with compression (each packet must
+        be its own frame: see :meth:`encoded_packet`)."""
         if self.compress:
             raise ProtocolError("pre-encoded packets cannot be sent with compression (one frame per packet)")
-        lead = self._lead()
-        plain = b"".join(parts)
-        end, ends, counts = scan_ends(plain, packets)
-        if len(counts) != packets or end != len(plain):
+        data = bytes(plain)
+        end, ends, counts = scan_ends(data, packets)
+        if len(counts) != packets or end != len(data):
             raise ProtocolError(
-                f"pre-encoded data holds {len(counts)} whole packets in {end} of its {len(plain)} bytes; "
+                f"pre-encoded data holds {len(counts)} whole packets in {end} of its {len(data)} bytes; "
                 f"{packets} packets were announced"
             )
-        self._crc = crc32(plain, self._crc)
-        self._packets += packets
-        view = memoryview(plain)
-        out: list[bytes | memoryview] = []
-        start = 0
-        j = 0
-        for i, count in enumerate(counts):
-            j += 2 * count + 1
-            stop = ends[j]
-            j += 1
-            if i or lead:
-                out.append(self._CONTINUE)
-            out.append(view[start:stop])
-            start = stop
-        return out
+        if not packets:
+            return b""
+        # each packet's offsets end with its content end: 2 * count + 2 of them per packet
+        stops = list(map(ends.__getitem__, map(sub, accumulate(map(add, map(mul, counts, repeat(2)), repeat(2))),
+                                               repeat(1))))
+        return self.contiguous(data, 0, stops)
+
+    def contiguous(self, buf: bytes | bytearray, start: int, stops: Sequence[int]) -> bytes:
+        """Whole uncompressed packets lying back to back in ``buf`` from ``start``, packet ``i``
+        ending at ``stops[i]`` (a run of FlowFiles the server keeps in wire form, the small
+        packets a client gathered): their wire bytes, CONTINUE between them (and first where
+        needed), in one buffer, checksummed in one call. No Python code runs per packet."""
+        lead = self._lead()
+        with memoryview(buf) as view:
+            PacketStreamEncoder.encoded(self, view[start : stops[-1]], len(stops))
+            wire = self._CONTINUE.join(map(view.__getitem__, map(slice, [start, *stops[:-1]], stops)))
+        return lead + wire if lead else wire
 
     def finish(self) -> bytes:
-        if self._left is not None:
+        if self.in_packet:
             raise ProtocolError("FINISH_TRANSACTION while a packet is still open")
-        if not self._packets:
+        if not self.packets:
             raise ProtocolError("a RAW transaction needs at least one packet before FINISH_TRANSACTION")
         if self._finished:
             raise ProtocolError("FINISH_TRANSACTION sent twice")
@@ -1094,8 +994,14 @@ class RawReader:
         dec = self._decoder
         if dec is None:
             raise ProtocolError("read_packet_run() without start_packets()")
-        if self._frames is not None or self._section is not _Section.PACKET or not dec.between_packets:
+        if self._frames is not None or not dec.between_packets:
             return None
+        if self._section is _Section.INDICATOR:
+            # after a packet read by read_packet_event (the one that spanned a receive): its
+            # CONTINUE, when it is there, brings the next run back to this path
+            if not dec.skip_prefix(_CONTINUE):
+                return None
+            self._section = _Section.PACKET
         with dec.peek_buffered() as view:
             if len(view) < 12:
                 return None
@@ -1109,21 +1015,58 @@ class RawReader:
         n = len(counts)
         if not n:
             return None
-        # packet i ends at its last offset; the next one starts 3 bytes (the CONTINUE) later
-        lasts = list(accumulate([2 * c + 2 for c in counts]))
-        stops = [ends[j - 1] for j in lasts]
-        starts = [0, *[e + 3 for e in stops[:-1]]]
+        # ``ends`` are already those of the packets back to back; packet i has 2 * count + 2
+        # of them and ends at its last, 3 * i bytes (the CONTINUEs before it) further on in buf,
+        # where the next one starts 3 bytes later. Maps over the run, no Python code per packet.
+        lasts = accumulate(map(add, map(mul, counts, repeat(2)), repeat(2)))
+        stops = list(map(add, map(ends.__getitem__, map(sub, lasts, repeat(1))), range(0, 3 * n, 3)))
+        starts = [0, *map(add, stops[:-1], repeat(3))]
         view = memoryview(buf)
         data = b"".join(map(view.__getitem__, map(slice, starts, stops)))
-        # back to back: packet i moves 3 * i bytes to the front
-        all_ends = array("q", map(sub, ends, chain.from_iterable(repeat(3 * i, 2 * c + 2) for i, c in enumerate(counts))))
         if buf.startswith(_CONTINUE, end):
             consumed = end + 3
         else:  # FINISH, CANCEL, something else or not all there yet: for read_packet_event
             consumed = end
             self._section = _Section.INDICATOR
         dec.skip_packets(consumed, data, n)
-        return PacketRun(data, all_ends, counts)
+        return PacketRun(data, ends, counts)
+
+    def read_packets(self, max_events: int = 4096) -> list[PacketEvent]:
+        """Bulk path of :meth:`read_packet_event` for uncompressed sections: the packet events
+        decodable now, each packet's CONTINUE_TRANSACTION consumed (whole packets as
+        :class:`DataPacket`; a large one's :class:`PacketStart` ends the list). Empty when the
+        next thing is for :meth:`read_packet_event` (more bytes, FINISH or another code, a
+        compressed section); the two may be mixed freely. What a client's per-packet
+        ``receive()`` uses: one decoder call per packet, as over HTTP."""
+        if self._failed:
+            raise ProtocolError("RAW reader already failed")
+        dec = self._decoder
+        if dec is None:
+            raise ProtocolError("read_packets() without start_packets()")
+        out: list[PacketEvent] = []
+        if self._frames is not None or not dec.between_packets:
+            return out
+        append = out.append
+        skip = dec.skip_prefix
+        decode = dec.next_event
+        after_packet = self._section is _Section.INDICATOR
+        try:
+            for _ in range(max_events):
+                if after_packet and not skip(_CONTINUE):
+                    break
+                ev = decode()
+                if ev is NEED_DATA:  # a packet partly decoded stays with read_packet_event
+                    after_packet = False
+                    break
+                append(ev)
+                after_packet = type(ev) is DataPacket
+                if not after_packet:  # a large packet's start: its content streams
+                    break
+        except ProtocolError:
+            self._failed = True
+            raise
+        self._section = _Section.INDICATOR if after_packet else _Section.PACKET
+        return out
 
     def _packet_event(self, dec: PacketDecoder) -> PacketEvent:
         while True:

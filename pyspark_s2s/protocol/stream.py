@@ -94,6 +94,15 @@ class PacketStreamEncoder:
         self._packets += packets
         return plain
 
+    def contiguous(self, buf: bytes | bytearray, start: int, stops: Sequence[int]) -> bytes | memoryview:
+        """Whole packets lying back to back in ``buf`` from ``start``, packet ``i`` ending at
+        ``stops[i]`` (a run the server keeps in wire form): :meth:`encoded` of that slice (the
+        same signature as ``RawPacketWriter.contiguous``, whose packets need markers between
+        them). Not with compression."""
+        view = memoryview(buf)[start : stops[-1]]
+        self.encoded(view, len(stops))
+        return view
+
     def encoded_packet(self, pieces: Sequence[bytes | bytearray | memoryview]) -> list[bytes | bytearray | memoryview]:
         """One whole packet the caller encoded itself, its uncompressed codec bytes given as
         ``pieces`` in order (e.g. a header slice and a content slice), checksummed and counted as

@@ -18,7 +18,7 @@ own and never touches a socket). Faults are applied by the adapters.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -51,6 +51,7 @@ from pyspark_s2s.server.model import (
     Node,
     Port,
     Transaction,
+    WireFlowFile,
     server_attributes,
     wire_flowfiles,
 )
@@ -65,6 +66,8 @@ __all__ = [
     "CoreApp",
     "Download",
     "NoFlowFilesSent",
+    "PacketOut",
+    "PacketSectionEncoder",
     "PeerEntry",
     "Requester",
     "StreamUpload",
@@ -79,6 +82,7 @@ __all__ = [
     "peer_entries",
     "ready_for_transfer",
     "site_details",
+    "write_flowfiles",
 ]
 
 #: a download takes up to this many FlowFiles / bytes from the queue at once
@@ -384,6 +388,87 @@ class StreamUpload(Upload):
         self.decoder.end_of_stream()
         self._pump()
         return self.finish(self.decoder.checksum)
+
+
+# -- the packets of a download -----------------------------------------------------------------
+
+
+Wire = bytes | bytearray | memoryview
+#: content pieces at least this large are gathered (not copied) into writes of GATHER_SIZE
+GATHER_PIECE = 64 * 1024
+GATHER_SIZE = 256 * 1024
+
+
+class PacketSectionEncoder(Protocol):
+    """A transport's packet encoder (``PacketStreamEncoder`` for an HTTP body,
+    ``RawPacketWriter`` for a RAW packet section, which adds the codes between packets)."""
+
+    compress: bool
+
+    def contiguous(self, buf: bytes | bytearray, start: int, stops: Sequence[int]) -> Wire: ...
+
+    def begin(self, attributes: Mapping[str, str], content_length: int) -> bytes: ...
+
+    def content(self, chunk: Wire) -> Wire: ...
+
+    def end(self) -> bytes: ...
+
+
+class PacketOut(Protocol):
+    """Where a transport puts the bytes of a download (``ChunkedWriter``, a RAW connection)."""
+
+    def write(self, data: Wire) -> None: ...
+
+    def write_gathered(self, pieces: Sequence[Wire]) -> None: ...
+
+
+def write_flowfiles(out: PacketOut, encoder: PacketSectionEncoder, flowfiles: Sequence[FlowFile]) -> None:
+    """Encode ``flowfiles`` onto ``out``, one packet each, for either transport. Wire-form
+    FlowFiles that lie back to back in one buffer (one upload's run, see
+    :func:`~pyspark_s2s.server.model.wire_flowfiles`) go to the encoder as one run (checksummed
+    in one call); the others as header, content pieces (large ones gathered) and end."""
+    run: bytes | None = None
+    start = 0
+    stops: list[int] = []
+    plain = not encoder.compress
+    for ff in flowfiles:
+        if plain and type(ff) is WireFlowFile:
+            buf, s, e = ff[0], ff[1], ff[2]
+            if buf is run and s == stops[-1]:
+                stops.append(e)
+                continue
+            if run is not None:
+                out.write(encoder.contiguous(run, start, stops))
+            run, start, stops = buf, s, [e]
+            continue
+        if run is not None:
+            out.write(encoder.contiguous(run, start, stops))
+            run = None
+        _write_flowfile(out, encoder, ff)
+    if run is not None:
+        out.write(encoder.contiguous(run, start, stops))
+
+
+def _write_flowfile(out: PacketOut, encoder: PacketSectionEncoder, ff: FlowFile) -> None:
+    out.write(encoder.begin(ff.attributes, ff.size))
+    gathered: list[Wire] = []
+    pending = 0
+    for chunk in ff.content.chunks():
+        piece = encoder.content(chunk)
+        if len(piece) < GATHER_PIECE:  # small pieces (compressed, or small content): the writer coalesces them
+            if gathered:
+                out.write_gathered(gathered)
+                gathered, pending = [], 0
+            out.write(piece)
+            continue
+        gathered.append(piece)
+        pending += len(piece)
+        if pending >= GATHER_SIZE:
+            out.write_gathered(gathered)
+            gathered, pending = [], 0
+    if gathered:
+        out.write_gathered(gathered)
+    out.write(encoder.end())
 
 
 # -- downloads ---------------------------------------------------------------------------------

@@ -55,16 +55,14 @@ from pyspark_s2s.server.faults import Fault
 from pyspark_s2s.server.httpio import (
     READ_SIZE,
     UPLOAD_READ_SIZE,
-    WRITE_BUFFER,
     ChunkedWriter,
     RequestBody,
 )
+from pyspark_s2s.server.listener import NodeListener
 from pyspark_s2s.server.model import (
-    FlowFile,
     Node,
     Port,
     Transaction,
-    WireFlowFile,
 )
 from pyspark_s2s.server.tls import peer_dn
 
@@ -107,62 +105,10 @@ def _acceptable(accept_headers: list[str], produces: str) -> bool:
     return False
 
 
-#: large content leaves in HTTP chunks of about this size (its 64 KiB pieces gathered, not copied)
-GATHER_SIZE = 256 * 1024
-
-
-def _write_flowfiles(out: ChunkedWriter, encoder: PacketStreamEncoder, flowfiles: list[FlowFile]) -> None:
-    """Encode ``flowfiles`` onto ``out``. Wire-form FlowFiles that lie back to back in one
-    buffer (one upload's run) go out as one slice of it, checksummed in one call."""
-    run: bytes | None = None
-    start = stop = count = 0
-
-    def flush_run() -> None:
-        assert run is not None
-        with memoryview(run) as view:
-            out.write(encoder.encoded(view[start:stop], count))
-
-    for ff in flowfiles:
-        if type(ff) is WireFlowFile and not encoder.compress:
-            buf, s, e = ff[0], ff[1], ff[2]
-            if buf is run and s == stop:
-                stop = e
-                count += 1
-                continue
-            if run is not None:
-                flush_run()
-            run, start, stop, count = buf, s, e, 1
-            continue
-        if run is not None:
-            flush_run()
-            run = None
-        out.write(encoder.begin(ff.attributes, ff.size))
-        gathered: list[bytes] = []
-        pending = 0
-        for piece in ff.content.chunks():
-            piece = encoder.content(piece)
-            if len(piece) < WRITE_BUFFER:  # small pieces (compressed, or small content): the writer coalesces them
-                if gathered:
-                    out.write_gathered(gathered)
-                    gathered, pending = [], 0
-                out.write(piece)
-                continue
-            gathered.append(piece)
-            pending += len(piece)
-            if pending >= GATHER_SIZE:
-                out.write_gathered(gathered)
-                gathered, pending = [], 0
-        if gathered:
-            out.write_gathered(gathered)
-        out.write(encoder.end())
-    if run is not None:
-        flush_run()
-
-
 # -- the server -------------------------------------------------------------------------------
 
 
-class NodeServer(ThreadingHTTPServer):
+class NodeServer(NodeListener, ThreadingHTTPServer):
     """The listener of one node. TLS handshakes run in the connection's own thread.
 
     A connection has ``idle_timeout`` seconds to send each request head (request line and
@@ -189,8 +135,7 @@ class NodeServer(ThreadingHTTPServer):
         self.node = node
         self.ssl_context = ssl_context
         self.idle_timeout = idle_timeout
-        self._conns: set[socket.socket] = set()
-        self._conns_lock = threading.Lock()
+        self._init_connections()
         #: connection -> when its request head must be complete; the watchdog closes latecomers
         self._deadlines: dict[socket.socket, float] = {}
         self._late: set[socket.socket] = set()
@@ -239,50 +184,16 @@ class NodeServer(ThreadingHTTPServer):
         super().server_close()
 
     def finish_request(self, request: Any, client_address: Any) -> None:
-        # headers and body leave in separate writes: without TCP_NODELAY, Nagle plus the
-        # peer's delayed ACK add ~40 ms to every small response
-        try:
-            request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError:
-            logger.debug("TCP_NODELAY not available", exc_info=True)
-        conn = request
-        if self.ssl_context is not None:
-            request.settimeout(self.idle_timeout)
-            try:
-                conn = self.ssl_context.wrap_socket(request, server_side=True)
-            except (ssl.SSLError, OSError) as exc:
-                logger.debug("node %d: TLS handshake with %s failed: %s", self.node.index, client_address, exc)
-                request.close()
-                return
-            conn.settimeout(None)
-        with self._conns_lock:
-            self._conns.add(conn)
-        try:
+        conn = self.accept(request, client_address)
+        if conn is None:
+            return
+        conn.settimeout(None)  # the handler sets its own per read (request heads: the watchdog)
+        with self.tracked(conn, request):
             S2SHandler(conn, client_address, self)
-        finally:
-            with self._conns_lock:
-                self._conns.discard(conn)
-                self._deadlines.pop(conn, None)
-                self._late.discard(conn)
-            if conn is not request:
-                try:
-                    conn.close()
-                except OSError:
-                    logger.debug("closing TLS connection failed", exc_info=True)
 
-    def close_connections(self) -> None:
-        """Shut down every open connection (a stopped node refuses and drops everything)."""
-        with self._conns_lock:
-            conns = list(self._conns)
-        for conn in conns:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                logger.debug("shutdown of a connection failed", exc_info=True)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # socketserver calls this from inside its own except block
-        logger.debug("node %d: error serving %s", self.node.index, client_address, exc_info=True)  # noqa: LOG014
+    def _forget(self, conn: socket.socket) -> None:
+        self._deadlines.pop(conn, None)
+        self._late.discard(conn)
 
 
 class S2SHandler(BaseHTTPRequestHandler):
@@ -756,7 +667,7 @@ class S2SHandler(BaseHTTPRequestHandler):
             out = ChunkedWriter(self.wfile, self.connection)
             batch = download.next_batch()
             while batch:
-                _write_flowfiles(out, encoder, batch)
+                core.write_flowfiles(out, encoder, batch)
                 if fault is not None and encoder.packets == fault.after_packets:
                     if fault.kind == "drop_mid_body":
                         out.flush()

@@ -25,9 +25,8 @@ import logging
 import socket
 import socketserver
 import ssl
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from pyspark_s2s.errors import (
@@ -47,7 +46,8 @@ from pyspark_s2s.protocol.negotiation import HandshakeProperties
 from pyspark_s2s.protocol.peers import PeerStatus
 from pyspark_s2s.server import core
 from pyspark_s2s.server.faults import Fault, FaultRegistry
-from pyspark_s2s.server.model import FlowFile, Node, Port, WireFlowFile
+from pyspark_s2s.server.listener import NodeListener
+from pyspark_s2s.server.model import Node, Port
 from pyspark_s2s.server.tls import peer_dn
 
 __all__ = ["FAULT_METHOD", "RawApp", "RawConnection", "RawNodeServer"]
@@ -57,6 +57,9 @@ logger = logging.getLogger(__name__)
 #: what RAW requests are matched as by injected faults (method); the path is ``<REQUEST> <port id>``
 FAULT_METHOD = "RAW"
 READ_SIZE = 256 * 1024
+#: reads inside large content: the 64 KiB pieces it is kept in (as the HTTP upload reads them:
+#: reused heap memory, where 256 KiB reads each took fresh pages; measured 2x the server's CPU)
+CONTENT_READ_SIZE = 64 * 1024
 #: reads between packets: the RAW reader hands what follows each packet back to its own buffer,
 #: so a smaller read costs less per small packet (measured: 20,000 packets of 100 B took half
 #: the time with 16 KiB reads); content that streams is read in READ_SIZE pieces
@@ -84,12 +87,13 @@ class _Close(Exception):
     """Internal: end the connection now (NiFi closes without a further byte)."""
 
 
-class RawNodeServer(socketserver.ThreadingTCPServer):
+class RawNodeServer(NodeListener, socketserver.ThreadingTCPServer):
     """The RAW listener of one node; TLS handshakes run in the connection's own thread."""
 
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128
+    transport_label = " RAW"
 
     def __init__(
         self,
@@ -103,49 +107,15 @@ class RawNodeServer(socketserver.ThreadingTCPServer):
         self.node = node
         self.ssl_context = ssl_context
         self.idle_timeout = idle_timeout
-        self._conns: set[socket.socket] = set()
-        self._conns_lock = threading.Lock()
+        self._init_connections()
         super().__init__(address, socketserver.BaseRequestHandler)
 
     def finish_request(self, request: Any, client_address: Any) -> None:
-        try:
-            request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError:
-            logger.debug("TCP_NODELAY not available", exc_info=True)
-        request.settimeout(self.idle_timeout)
-        conn = request
-        if self.ssl_context is not None:
-            try:
-                conn = self.ssl_context.wrap_socket(request, server_side=True)
-            except (ssl.SSLError, OSError) as exc:
-                # NiFi requires a client certificate: no certificate, no Site-to-Site byte
-                logger.debug("node %d RAW: TLS handshake with %s failed: %s", self.node.index, client_address, exc)
-                return
-        with self._conns_lock:
-            self._conns.add(conn)
-        try:
+        conn = self.accept(request, client_address)
+        if conn is None:
+            return
+        with self.tracked(conn, request):
             RawConnection(self, conn, client_address).serve()
-        finally:
-            with self._conns_lock:
-                self._conns.discard(conn)
-            if conn is not request:
-                try:
-                    conn.close()
-                except OSError:
-                    logger.debug("closing a TLS connection failed", exc_info=True)
-
-    def close_connections(self) -> None:
-        """Shut down every open connection (a stopped node drops everything)."""
-        with self._conns_lock:
-            conns = list(self._conns)
-        for conn in conns:
-            try:
-                socket.socket.shutdown(conn, socket.SHUT_RDWR)
-            except OSError:
-                logger.debug("shutdown of a RAW connection failed", exc_info=True)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        logger.debug("node %d RAW: error serving %s", self.node.index, client_address, exc_info=True)  # noqa: LOG014
 
 
 class RawConnection:
@@ -157,7 +127,9 @@ class RawConnection:
         self.node = server.node
         self.sock = sock
         self.idle_timeout = server.idle_timeout
-        self.reader = raw.RawReader()
+        self._sock_timeout = server.idle_timeout  # set by the listener (finish_request)
+        self.reader = raw.RawReader(inline_content_limit=core.UPLOAD_INLINE_LIMIT)
+        self._recv_view = memoryview(bytearray(READ_SIZE))
         self.version = 0
         self.handshake: raw.RawHandshake | None = None
         self.codec = False
@@ -189,9 +161,21 @@ class RawConnection:
                 raise TimeoutError(f"no complete message within {within:g} s")
             self._receive(left)
 
+    def _timeout(self, timeout: float) -> None:
+        # settimeout costs two fcntl calls each time: only when the value changes
+        if timeout != self._sock_timeout:
+            self.sock.settimeout(timeout)
+            self._sock_timeout = timeout
+
     def _receive(self, timeout: float, size: int = READ_SIZE) -> None:
-        self.sock.settimeout(timeout)
-        data = self.sock.recv(size)
+        self._timeout(timeout)
+        if size <= CONTENT_READ_SIZE:
+            # large content: its pieces are kept as they arrive (heap memory, no copy)
+            data: bytes | memoryview = self.sock.recv(size)
+        else:
+            # small packets: into one reused buffer (the reader copies what it keeps); a fresh
+            # 256 KiB object per read took fresh pages
+            data = self._recv_view[: self.sock.recv_into(self._recv_view[:size])]
         if data:
             self.bytes_in += len(data)
             self.reader.feed(data)
@@ -211,13 +195,21 @@ class RawConnection:
         if flush or self._out_size >= SEND_BUFFER:
             self._flush()
 
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Packet bytes of a download (:func:`core.write_flowfiles`): gathered, sent when enough."""
+        self._send(data, flush=False)
+
+    def write_gathered(self, pieces: Sequence[bytes | bytearray | memoryview]) -> None:
+        for piece in pieces:
+            self._send(piece, flush=False)
+
     def _flush(self) -> None:
         if self._small:
             self._out.append(self._small)
             self._small = bytearray()
         if not self._out:
             return
-        self.sock.settimeout(self.idle_timeout)
+        self._timeout(self.idle_timeout)
         out, self._out, self._out_size = self._out, [], 0
         if type(self.sock) is socket.socket:
             views = [memoryview(p) for p in out]
@@ -403,12 +395,19 @@ class RawConnection:
         try:
             reader.start_packets(props.compress)
             base = self.bytes_in - reader.buffered  # where the packet section started
+            # whole small packets in bulk runs, kept in wire form (as the HTTP upload does);
+            # packet by packet while a fault counts packets or bytes
+            runs = fault is None and not props.compress
             while True:
+                if runs and (run := reader.read_packet_run()) is not None:
+                    upload.run(run)
+                    continue
                 ev = reader.read_packet_event()
                 if isinstance(ev, NeedData):
                     if fault is not None and fault.kind == "drop_mid_body" and self.bytes_in - base >= fault.after_bytes:
                         raise _Close()
-                    self._receive(self.idle_timeout, READ_SIZE if upload.in_packet else PACKET_READ_SIZE)
+                    size = CONTENT_READ_SIZE if upload.in_packet else READ_SIZE if runs else PACKET_READ_SIZE
+                    self._receive(self.idle_timeout, size)
                     continue
                 if isinstance(ev, raw.PacketsFinished):
                     checksum = ev.checksum
@@ -469,7 +468,7 @@ class RawConnection:
             self._send(raw.encode_response(ResponseCode.MORE_DATA), flush=False)
             batch = download.next_batch()
             while batch:
-                self._write_flowfiles(writer, batch)
+                core.write_flowfiles(self, writer, batch)
                 if fault is not None and writer.packets >= fault.after_packets:
                     if fault.kind == "drop_mid_body":
                         self._flush()
@@ -513,20 +512,3 @@ class RawConnection:
             download.fail_if_held(f"unexpected {response.code.name} instead of TRANSACTION_FINISHED")
             raise ProtocolError(f"expected TRANSACTION_FINISHED, got {response.code.name}")
         core.commit_receive(self.app, tx)
-
-    def _write_flowfiles(self, writer: raw.RawPacketWriter, batch: list[FlowFile]) -> None:
-        """Each FlowFile as one packet (CONTINUE before all but the first): wire-form ones as the
-        slice of their buffer, others from their attributes and content pieces."""
-        for ff in batch:
-            if type(ff) is WireFlowFile and not writer.compress:
-                buf, start, end = ff.wire
-                for piece in writer.encoded_packet([memoryview(buf)[start:end]]):
-                    self._send(piece, flush=False)
-                continue
-            if ff.size < _SMALL_PIECE:  # one piece: header and content encoded together
-                self._send(writer.packet(ff.attributes, ff.content.read_all()), flush=False)
-                continue
-            self._send(writer.begin(ff.attributes, ff.size), flush=False)
-            for piece in ff.content.chunks():
-                self._send(writer.content(piece), flush=False)
-            self._send(writer.end(), flush=False)

@@ -97,6 +97,51 @@ def test_send_then_receive_round_trip(c2: ServerProcess, compress: bool) -> None
     assert c2.admin.queued("out") == 0
 
 
+@pytest.mark.parametrize("compress", [False, True])
+def test_pre_encoded_and_mixed_sends_arrive_in_order(c2: ServerProcess, compress: bool) -> None:
+    """The Spark sink's path (send_encoded / send_encoded_packets) between ordinary sends of small,
+    large and streamed content: every FlowFile arrives once, in order, and both sides agree on
+    the CRC of the whole transaction (small packets are gathered and checksummed in bulk, so
+    their order against the others must hold)."""
+    from pyspark_s2s.protocol.codec import encode_packet, encode_packet_header
+
+    small = [(f"s{i}".encode(), {"i": str(i)}) for i in range(5)]
+    large = (bytes(range(256)) * 1024, {"i": "large"})
+    streamed = (b"z" * 100_000, {"i": "stream"})
+    encoded = [(f"e{i}".encode(), {"i": f"e{i}"}) for i in range(3)]
+    expected = [*small[:2], *encoded, large, *small[2:4], streamed, *encoded, small[4]]
+    with raw_client(c2, "in", useCompression=compress) as s, raw_client(c2, "out", useCompression=compress) as r:
+        node = s.peer_statuses("send")[0][0]
+        with s.create_transaction("send", peer=node) as tx:
+            for content, attrs in small[:2]:
+                tx.send(content, attrs)
+            if compress:  # one frame per packet: only send_encoded_packets may carry them
+                tx.send_encoded_packets([[encode_packet_header(a, len(c)), c] for c, a in encoded],
+                                        sum(len(c) for c, _ in encoded))
+            else:
+                tx.send_encoded([encode_packet(a, c) for c, a in encoded], len(encoded),
+                                sum(len(c) for c, _ in encoded))
+            tx.send(large[0], large[1])
+            for content, attrs in small[2:4]:
+                tx.send(bytearray(content), attrs)
+            tx.send(io.BytesIO(streamed[0]), streamed[1])
+            tx.send_encoded_packets([[encode_packet_header(a, len(c)), c] for c, a in encoded],
+                                    sum(len(c) for c, _ in encoded))
+            tx.send(small[4][0], small[4][1])
+            tx.confirm()
+            done = tx.complete()
+        assert done.flow_files == len(expected) and done.bytes == sum(len(c) for c, _ in expected)
+        got: list[DataPacket] = []
+        for _ in range(10):
+            if len(got) >= len(expected):
+                break
+            with r.create_transaction("receive", peer=node) as rx:
+                got += list(rx)
+                rx.confirm()
+                rx.complete()
+    assert [(p.content, p.attributes["i"]) for p in got] == [(c, a["i"]) for c, a in expected]
+
+
 def test_large_content_streams_both_ways(c2: ServerProcess) -> None:
     big = bytes(range(251)) * 20_000  # about 4.8 MiB, above the 1 MiB inline limit
     with raw_client(c2, "in", useCompression=True) as s, raw_client(c2, "out", useCompression=True) as r:
