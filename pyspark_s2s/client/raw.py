@@ -726,10 +726,14 @@ class RawSendTransaction(_SendBase, _RawTransaction):
         if code not in (ResponseCode.TRANSACTION_FINISHED, ResponseCode.TRANSACTION_FINISHED_BUT_DESTINATION_FULL):
             raise self._fail(self._unexpected(response, "TRANSACTION_FINISHED"))
         self._handle(ClientEvent.COMPLETE)
-        self._finished()
         backoff = code is ResponseCode.TRANSACTION_FINISHED_BUT_DESTINATION_FULL
         if backoff:
-            logger.info("peer %s: destination full after commit; back off", self.peer_url)
+            # not pooled: a SEND on this handshaken connection would be held until the port has room
+            # (as NiFi holds it); a new connection's handshake answers PORTS_DESTINATION_FULL at once,
+            # and the client can pick another peer
+            logger.info("peer %s: destination full after commit; back off (connection not reused)", self.peer_url)
+            self._conn.shutdown()
+        self._finished()
         return self._completion(int(code), self._writer.checksum, backoff)
 
     def cancel(self, reason: str = "canceled by the client") -> None:

@@ -524,3 +524,20 @@ def test_peer_persistence_file_says_raw(c2: ServerProcess, tmp_path: Any) -> Non
         # restored at start, before any query: both nodes with their RAW ports
         restored = sorted(p.port for p in again._parts()[2].peers)
         assert len(restored) == 2 and again.site_info().raw_port in restored
+
+
+def test_a_commit_answered_destination_full_does_not_pool_its_connection(c2: ServerProcess) -> None:
+    # NiFi holds a SEND on a connection handshaken before its port filled until there is room
+    # (the reference server does too). Answered 14, the client drops that connection, so its next
+    # transaction handshakes anew and is refused with PORTS_DESTINATION_FULL at once instead of waiting.
+    c2.admin.set_capacity("in2", 2)
+    with raw_client(c2, "in2") as client:
+        done = client.send([(b"a", {"n": "1"}), (b"b", {"n": "2"})])
+        assert done.backoff and done.response_code == ResponseCode.TRANSACTION_FINISHED_BUT_DESTINATION_FULL
+        # the other node fills as well, so no peer has room
+        assert client.send([(b"c", {"n": "3"}), (b"d", {"n": "4"})]).backoff
+        # refused at the handshake (a pooled connection would have been held until the timeout)
+        with pytest.raises(NoPeerAvailableError) as info:
+            client.send([(b"e", {"n": "5"})])
+    assert "refused the handshake for port in2: PORTS_DESTINATION_FULL (202)" in str(info.value)
+    assert c2.admin.queued("in2") == 4
