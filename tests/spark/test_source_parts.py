@@ -542,12 +542,13 @@ def test_a_task_that_dies_between_rounds_loses_and_duplicates_nothing(srv: Serve
     staging, part = _rounds_setup(srv, tmp_path, monkeypatch, round_size=30, queued=70, batch=13)
     opts = SparkOptions.parse({"url": srv.url, "portName": "out"})
     it = read_partition(opts, arrow_source_schema(), part, staging)
-    first = next(it)  # round 0 is staged, confirmed and handed to Spark ...
+    first = next(it)  # round 0 is staged, confirmed and handed to Spark, round 1 is read ahead ...
     assert first.num_rows == 30
-    it.close()  # ... and the task dies
+    it.close()  # ... and the task dies: the round read ahead is finished first (staged, confirmed)
     assert staging.done(part.scope, 0) is None
-    assert srv.admin.queued("out") == 40
-    rows = _read(srv, staging, part)  # the retry replays round 0, then reads on
+    assert [m.flow_files for m in staging.rounds(part.scope, 0)] == [30, 30]
+    assert srv.admin.queued("out") == 10
+    rows = _read(srv, staging, part)  # the retry replays rounds 0 and 1, then reads on
     assert sorted(r["uuid"] for r in rows) == sorted(f"id-{i}" for i in range(70))
     assert [m.flow_files for m in staging.rounds(part.scope, 0)] == [30, 30, 10]
     assert srv.admin.queued("out") == 0
