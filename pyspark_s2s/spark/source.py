@@ -29,7 +29,6 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -254,30 +253,16 @@ def _read_staged(opts: SparkOptions, rows: Rows, part: NiFiPartition, staging: S
     window = max(ROUND_WINDOW, float(opts.client.batch_duration or 0))
     started = time.monotonic()
     clients: dict[tuple[int, int], SiteToSiteClient] = {}
-
-    def pull(round_: int, got_rows: int, got_bytes: int, peer: str) -> RoundManifest | None:
-        """Round ``round_`` received, staged and confirmed; None when the partition's share is
-        used up. Runs on the prefetch thread (the only user of ``clients`` until it is shut down)."""
-        limits = _round_limits(opts, part, got_rows, got_bytes)
-        if limits is None:
-            return None
-        client = clients.get(limits)
-        if client is None:
-            client = clients[limits] = _partition_client(opts, *limits)
-        return _pull_and_stage(client, opts, part, staging, round_, peer)
-
-    # the next round is received, staged and confirmed on this thread while Spark takes in the rows
-    # of the one before: the same rounds in the same order as one after the other (each is staged
-    # and confirmed before any of its rows is yielded, and a replay yields every staged round)
-    prefetch = ThreadPoolExecutor(1, thread_name_prefix=f"nifi-s2s-{part.scope}-{part.index}")
-    ahead = prefetch.submit(pull, k, got_rows, got_bytes, peer)
     try:
         while True:
-            pulled = ahead.result()
-            if pulled is None:
+            limits = _round_limits(opts, part, got_rows, got_bytes)
+            if limits is None:
                 staging.mark_done(part.scope, part.index, k)
                 return
-            m = pulled
+            client = clients.get(limits)
+            if client is None:
+                client = clients[limits] = _partition_client(opts, *limits)
+            m = _pull_and_stage(client, opts, part, staging, k, peer)
             got_rows, got_bytes, peer = got_rows + m.flow_files, got_bytes + m.bytes, m.peer
             k += 1
             final = not m.full or time.monotonic() - started >= window
@@ -285,20 +270,10 @@ def _read_staged(opts: SparkOptions, rows: Rows, part: NiFiPartition, staging: S
                 # the rounds are final before the last one is handed to Spark: a replay of this
                 # partition (a retried task, a restarted query) yields exactly these rows
                 staging.mark_done(part.scope, part.index, k)
-            else:
-                ahead = prefetch.submit(pull, k, got_rows, got_bytes, peer)
             yield from _replay(staging, m, rows)
             if final:
                 return
     finally:
-        # a task stopped early (or failed) lets a round being pulled finish: it is staged and
-        # confirmed, or rolled back, never left half-confirmed; a retry replays what was staged
-        if not ahead.done():
-            logger.info("partition %s/%d: waiting for the round being received to be staged", part.scope, part.index)
-        prefetch.shutdown(wait=True)
-        if ahead.done() and not ahead.cancelled() and ahead.exception() is not None:
-            logger.debug("partition %s/%d: the round received ahead failed: %s", part.scope, part.index,
-                         ahead.exception())
         for c in clients.values():
             c.close()
 
