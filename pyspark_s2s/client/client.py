@@ -20,18 +20,11 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable, Mapping
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from pyspark_s2s.client.config import SiteToSiteClientConfig
 from pyspark_s2s.client.http import HttpTransport
 from pyspark_s2s.client.peers import PeerManager
-from pyspark_s2s.client.raw import (
-    RawReceiveTransaction,
-    RawSendTransaction,
-    RawTransport,
-    raw_bootstrap_peer,
-    raw_peer_name,
-)
 from pyspark_s2s.client.siteinfo import SiteInfo, SiteInfoProvider
 from pyspark_s2s.client.transaction import (
     ReceiveTransaction,
@@ -67,6 +60,9 @@ from pyspark_s2s.protocol.peers import PeerStatus
 from pyspark_s2s.protocol.urls import resolve_location
 
 __all__ = ["SiteToSiteClient", "raises_at_once"]
+
+if TYPE_CHECKING:
+    from pyspark_s2s.client.raw import RawTransport
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +119,9 @@ class SiteToSiteClient:
                 self._site = SiteInfoProvider(self._transport, cfg.urls, cfg.cache_expiration, self.headers)
                 raw_options: dict[str, Any] = {}
                 if self.is_raw:
+                    # imported here: an HTTP client's process never loads the RAW modules
+                    from pyspark_s2s.client.raw import RawTransport, raw_bootstrap_peer
+
                     http = self._transport
                     self._raw = RawTransport(cfg, self._site, ssl_context=lambda: http.ssl_context)
                     # RAW peers are (host, RAW port): asked with REQUEST_PEER_LIST, starting from
@@ -153,7 +152,11 @@ class SiteToSiteClient:
 
     def peer_name(self, peer: PeerStatus) -> str:
         """How errors name ``peer``: its API URL (HTTP) or ``nifi://host:port`` (RAW)."""
-        return raw_peer_name(peer) if self.is_raw else peer.api_url
+        if self.is_raw:
+            from pyspark_s2s.client.raw import raw_peer_name
+
+            return raw_peer_name(peer)
+        return peer.api_url
 
     def headers(self) -> dict[str, str]:
         """Version and handshake headers NiFi's client puts on every request (§1.1)."""
@@ -323,6 +326,8 @@ class SiteToSiteClient:
                       ) -> SendTransaction | ReceiveTransaction:
         """A RAW transaction on a pooled (or new) handshaken connection; a receive asks for data
         here, so a connection that fails at once counts as a failed creation (next peer)."""
+        from pyspark_s2s.client.raw import RawReceiveTransaction, RawSendTransaction
+
         cfg = self.config
         conn = raw.checkout(peer, port_id, port_label=cfg.port)
         kw: dict[str, Any] = {"transport": raw, "conn": conn, "port_id": port_id, "port_name": cfg.port_name,

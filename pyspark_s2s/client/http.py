@@ -220,10 +220,10 @@ class HttpTransport:
             mgr = self._managers.get(with_auth)
             if mgr is not None:
                 return mgr
+            # no TLS context here: plain-HTTP pools never need one, and building it (the system's
+            # CA certificates, the cryptography import) costs a fresh process tens of ms; HTTPS
+            # pools get it through their pool kwargs (_target)
             kw: dict[str, Any] = {"num_pools": 64, "maxsize": 32, "block": False, "retries": False}
-            if self._ssl_context is None:
-                self._ssl_context = build_ssl_context(self.config)
-            kw["ssl_context"] = self._ssl_context
             if self.uses_proxy:
                 proxy_url = f"http://{format_host(self.config.proxy_host)}:{self.config.proxy_port}"
                 mgr = urllib3.ProxyManager(
@@ -258,9 +258,10 @@ class HttpTransport:
         port = u.port or _DEFAULT_PORTS[scheme]
         conn_host, conn_port = self.config.peer_address_map.map(host, port)
         pool_kwargs: dict[str, Any] = {}
-        mapped = (conn_host, conn_port) != (host, port)
-        if mapped and scheme == "https":
-            pool_kwargs = {"server_hostname": host, "assert_hostname": host}
+        if scheme == "https":
+            pool_kwargs["ssl_context"] = self.ssl_context
+            if (conn_host, conn_port) != (host, port):
+                pool_kwargs.update(server_hostname=host, assert_hostname=host)
         host_header = format_host(host) if port == _DEFAULT_PORTS[scheme] else f"{format_host(host)}:{port}"
         return scheme, conn_host, conn_port, u.request_uri, host_header, pool_kwargs
 

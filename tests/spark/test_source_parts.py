@@ -11,13 +11,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from serverproc import ServerProcess
 
 from pyspark_s2s.client import SiteToSiteClient, TransactionHandle
 from pyspark_s2s.errors import ConfigError, S2SError, TransactionNotFoundError
 from pyspark_s2s.spark.options import SPARK_OPTIONS, SparkOptions, options_markdown
 from pyspark_s2s.spark.planning import allocate, make_offset, make_plan, partitions_of
-from pyspark_s2s.spark.schema import SOURCE_SCHEMA, arrow_source_schema
+from pyspark_s2s.spark.schema import SOURCE_SCHEMA, arrow_source_schema, uuid_column
 from pyspark_s2s.spark.source import NiFiPartition, NiFiStreamReader, read_partition
 from pyspark_s2s.spark.staging import Resolution, RoundManifest, RoundState, StagingArea, batch_scope
 
@@ -560,3 +562,26 @@ def test_per_trigger_share_bounds_the_rounds(srv: ServerProcess, tmp_path: Path,
     rows = _read(srv, staging, part)
     assert len(rows) == 60 and [m.flow_files for m in staging.rounds(part.scope, 0)] == [25, 25, 10]
     assert srv.admin.queued("out") == 40
+
+
+_KEYS = st.sampled_from(["uuid", "filename", "s2s.host", "mime.type"])
+_ROWS = st.lists(st.lists(st.tuples(_KEYS, st.text(max_size=5)), max_size=4), min_size=1, max_size=12)
+
+
+def _nifi_rows(n: int) -> list[list[tuple[str, str]]]:
+    return [[("filename", f"f{i}"), ("uuid", f"id-{i}"), ("s2s.host", "h")] for i in range(n)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=_ROWS, cut=st.integers(0, 3), nifi=st.booleans())
+def test_the_uuid_column_is_map_lookups_first_match(rows: list[list[tuple[str, str]]], cut: int, nifi: bool) -> None:
+    """Rows with one uuid each (NiFi's case, fast path), none, several, and sliced arrays: each
+    row's first uuid value, null where there is none."""
+    if nifi:
+        rows = _nifi_rows(len(rows))
+    attributes = pa.array(rows, pa.map_(pa.string(), pa.string()))
+    for arr in (attributes, attributes.slice(min(cut, len(rows) - 1))):
+        expected = pc.map_lookup(arr, pa.scalar("uuid", pa.string()), "first")
+        assert uuid_column(arr).to_pylist() == expected.to_pylist()
+    if nifi:
+        assert uuid_column(attributes).to_pylist() == [f"id-{i}" for i in range(len(rows))]
