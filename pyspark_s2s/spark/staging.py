@@ -361,6 +361,10 @@ class StagingArea:
             out.write(text.encode("utf-8"))
         self._publish(tmp, final)
 
+    def write_file(self, scope: str, name: str, text: str) -> None:
+        """Write (or replace) ``<scope>/<name>`` atomically and durably (other owners' files)."""
+        self._write_text(scope, name, text)
+
     def _write_json(self, scope: str, name: str, value: dict[str, Any]) -> None:
         self._write_text(scope, name, json.dumps(value, sort_keys=True))
 
