@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from serverproc import ServerProcess
-from test_source_parts import _fill, _opts, _peer, _read, _stage_pending, server, srv  # noqa: F401
+from serverproc import ServerProcess, server_fixtures
+from test_source_parts import _fill, _opts, _peer, _read, _stage_pending
 
 from pyspark_s2s.client import SiteToSiteClient
 from pyspark_s2s.client.arrow import ARROW_SCHEMA
@@ -22,6 +22,8 @@ from pyspark_s2s.spark.indoubt import INDOUBT_SCOPE, InDoubtFilter
 from pyspark_s2s.spark.schema import SOURCE_SCHEMA
 from pyspark_s2s.spark.source import NiFiPartition, NiFiStreamReader
 from pyspark_s2s.spark.staging import Resolution, StagingArea, batch_scope
+
+server, srv, _, _ = server_fixtures("--output-port", "out", "--ttl", "30")
 
 
 def _records(tmp_path: Path) -> list[Path]:
