@@ -30,9 +30,9 @@ import pyarrow.fs as pafs
 
 from pyspark_s2s.errors import S2SError
 from pyspark_s2s.spark.schema import uuid_column
-from pyspark_s2s.spark.staging import RoundManifest, StagingArea
+from pyspark_s2s.spark.staging import RoundManifest, RoundState, StagingArea
 
-__all__ = ["INDOUBT_SCOPE", "InDoubtFilter", "prune", "remember"]
+__all__ = ["INDOUBT_SCOPE", "InDoubtFilter", "drop_uuids", "prune", "read_elsewhere", "remember"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,20 +44,58 @@ def _record_name(m: RoundManifest) -> str:
     return f"{m.scope}-p{m.partition:05d}-r{m.round:04d}.json"
 
 
-def remember(staging: StagingArea, m: RoundManifest) -> int:
-    """Write the uuids of the staged round ``m`` as an in-doubt record (atomically; rewriting it is
-    harmless). Returns how many uuids it holds."""
+def _staged_uuids(staging: StagingArea, m: RoundManifest) -> set[str]:
     uuids: set[str] = set()
     if m.data is not None:
         for batch in staging.read_data(m.scope, m.data):
             uuids.update(u for u in uuid_column(batch.column("attributes")).to_pylist() if u is not None)
-    record = {"version": 1, "keptAt": time.time(), "scope": m.scope, "partition": m.partition, "round": m.round,
-              "peer": m.peer, "transactionId": m.transaction_id, "uuids": sorted(uuids)}
-    staging.write_file(INDOUBT_SCOPE, _record_name(m), json.dumps(record, sort_keys=True))
-    logger.warning("partition %s/%d round %d (transaction %s): remembering its %d uuids as in doubt; later "
-                   "rounds drop FlowFiles NiFi serves again with them", m.scope, m.partition, m.round,
-                   m.transaction_id, len(uuids))
+    return uuids
+
+
+def remember(staging: StagingArea, m: RoundManifest) -> int:
+    """Write the uuids of the staged round ``m`` as an in-doubt record (atomically; rewriting it is
+    harmless), then look for them in the confirmed rounds other partitions of the same batch
+    staged meanwhile (NiFi may have served them again before this retry): those are recorded as
+    ``readElsewhere`` and left out of this round's replay (:func:`read_elsewhere`), so the batch
+    holds each once. Returns how many uuids the round holds."""
+    uuids = _staged_uuids(staging, m)
+    record: dict[str, object] = {
+        "version": 1, "keptAt": time.time(), "scope": m.scope, "partition": m.partition, "round": m.round,
+        "peer": m.peer, "transactionId": m.transaction_id, "uuids": sorted(uuids), "readElsewhere": []}
+    name = _record_name(m)
+    staging.write_file(INDOUBT_SCOPE, name, json.dumps(record, sort_keys=True))  # later rounds drop them
+    elsewhere: set[str] = set()
+    for other in staging.manifests(m.scope) or []:
+        if other.partition != m.partition and other.state is RoundState.CONFIRMED and other.data is not None:
+            elsewhere |= uuids & _staged_uuids(staging, other)
+    if elsewhere:
+        record["readElsewhere"] = sorted(elsewhere)
+        staging.write_file(INDOUBT_SCOPE, name, json.dumps(record, sort_keys=True))
+    logger.warning("partition %s/%d round %d (transaction %s): remembering its %d uuids as in doubt (%d already "
+                   "read again by other partitions of the batch, left out of this round); later rounds drop "
+                   "FlowFiles NiFi serves again with them", m.scope, m.partition, m.round, m.transaction_id,
+                   len(uuids), len(elsewhere))
     return len(uuids)
+
+
+def read_elsewhere(staging: StagingArea, m: RoundManifest) -> pa.Array | None:
+    """The uuids :func:`remember` found in other partitions of ``m``'s batch (None when none, or
+    when the record is gone)."""
+    text = staging.read_file(INDOUBT_SCOPE, _record_name(m))
+    if text is None:
+        return None
+    uuids = json.loads(text).get("readElsewhere") or []
+    return pa.array(uuids, pa.string()) if uuids else None
+
+
+def drop_uuids(batch: pa.RecordBatch, values: pa.Array) -> tuple[pa.RecordBatch, int]:
+    """``batch`` (``content, attributes``) without the rows whose uuid is in ``values`` (a row
+    without a uuid stays), and how many were dropped."""
+    if batch.num_rows == 0:
+        return batch, 0
+    hit = pc.fill_null(pc.is_in(uuid_column(batch.column("attributes")), value_set=values), False)
+    n = pc.sum(hit).as_py() or 0
+    return (batch.filter(pc.invert(hit)), n) if n else (batch, 0)
 
 
 def _listing(staging: StagingArea) -> list[pafs.FileInfo]:
@@ -110,14 +148,11 @@ class InDoubtFilter:
     def apply(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """``batch`` (the client's ``content, attributes``) without the FlowFiles whose uuid is in
         doubt; a FlowFile without a uuid is kept."""
-        if self._values is None or batch.num_rows == 0:
+        if self._values is None:
             return batch
-        hit = pc.fill_null(pc.is_in(uuid_column(batch.column("attributes")), value_set=self._values), False)
-        n = pc.sum(hit).as_py() or 0
-        if not n:
-            return batch
+        kept, n = drop_uuids(batch, self._values)
         self.dropped += n
-        return batch.filter(pc.invert(hit))
+        return kept
 
 
 def prune(staging: StagingArea, retention: float) -> int:

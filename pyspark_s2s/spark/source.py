@@ -59,7 +59,13 @@ from pyspark_s2s.spark.compat import (
     SupportsTriggerAvailableNow,
     note_once,
 )
-from pyspark_s2s.spark.indoubt import InDoubtFilter, prune, remember
+from pyspark_s2s.spark.indoubt import (
+    InDoubtFilter,
+    drop_uuids,
+    prune,
+    read_elsewhere,
+    remember,
+)
 from pyspark_s2s.spark.options import SparkOptions
 from pyspark_s2s.spark.planning import (
     INITIAL_OFFSET,
@@ -150,7 +156,11 @@ def _round_limits(opts: SparkOptions, part: NiFiPartition, got_rows: int, got_by
 def _replay(staging: StagingArea, m: RoundManifest, rows: Rows) -> Iterator[Any]:
     if not m.flow_files or m.data is None:
         return
+    # an in-doubt round leaves out what other partitions of its batch read again before it was settled
+    elsewhere = read_elsewhere(staging, m) if m.resolution is Resolution.AMBIGUOUS_KEPT else None
     for batch in staging.read_data(m.scope, m.data):
+        if elsewhere is not None:
+            batch, _ = drop_uuids(batch, elsewhere)
         yield from rows.output(batch, peer=m.peer, transaction_id=m.transaction_id, received_at_us=m.received_at_us)
     rows.end_round(f"nifi-s2s partition {m.partition} of {m.scope} round {m.round} "
                    f"(peer {m.peer}, transaction {m.transaction_id})")

@@ -361,6 +361,10 @@ class StagingArea:
             out.write(text.encode("utf-8"))
         self._publish(tmp, final)
 
+    def read_file(self, scope: str, name: str) -> str | None:
+        """The text of ``<scope>/<name>``, or None when there is none."""
+        return self._read_text(scope, name)
+
     def write_file(self, scope: str, name: str, text: str) -> None:
         """Write (or replace) ``<scope>/<name>`` atomically and durably (other owners' files)."""
         self._write_text(scope, name, text)

@@ -34,19 +34,24 @@ def _uuids(rows: list[dict[str, object]]) -> list[str]:
     return sorted(str(r["uuid"]) for r in rows)
 
 
-def test_an_in_doubt_round_is_remembered_and_what_nifi_serves_again_is_dropped(srv: ServerProcess,
-                                                                              tmp_path: Path) -> None:
-    staging = StagingArea(str(tmp_path))
+def _in_doubt_round(srv: ServerProcess, staging: StagingArea, scope: str) -> None:
+    """Partition 0 of ``scope``: 10 FlowFiles (id-0..9) staged, pending; NiFi rolled the transaction
+    back (here: canceled) and the retry comes after half the TTL, when "not found" can no longer be
+    told apart from "committed"."""
     _fill(srv, 10)
-    scope = batch_scope(6)
     handle = _stage_pending(srv, staging, scope)
-    # NiFi rolled the transaction back (here: canceled), and the retry comes after half the TTL:
-    # "not found" can no longer be told apart from "committed"
     SiteToSiteClient(url=srv.url, portName="out").cancel(handle)
     assert srv.admin.queued("out") == 10
     pending = staging.manifest(scope, 0)
     assert pending is not None and pending.staged_at is not None
     staging.write_manifest(replace(pending, staged_at=pending.staged_at - pending.ttl))
+
+
+def test_an_in_doubt_round_is_remembered_and_what_nifi_serves_again_is_dropped(srv: ServerProcess,
+                                                                              tmp_path: Path) -> None:
+    staging = StagingArea(str(tmp_path))
+    scope = batch_scope(6)
+    _in_doubt_round(srv, staging, scope)
     _fill(srv, 3, prefix="new")
 
     kept = _read(srv, staging, NiFiPartition(scope, 0, _peer(srv)))
@@ -77,6 +82,25 @@ def test_an_in_doubt_round_is_remembered_and_what_nifi_serves_again_is_dropped(s
     reader = NiFiStreamReader(_opts(stagingLocation=str(tmp_path), inDoubtRetention="1 hour"), SOURCE_SCHEMA)
     reader.commit({"batch": 9, "plan": []})
     assert _records(tmp_path) == []
+
+
+def test_what_another_partition_of_the_batch_read_again_is_left_out_of_the_kept_round(
+    srv: ServerProcess, tmp_path: Path
+) -> None:
+    """NiFi served the FlowFiles again before the retry settled the round, and another partition of
+    the same micro-batch read them: the kept round leaves those out, on every replay."""
+    staging = StagingArea(str(tmp_path))
+    scope = batch_scope(3)
+    _in_doubt_round(srv, staging, scope)
+    other = _read(srv, staging, NiFiPartition(scope, 1, _peer(srv)))  # read before the retry
+    assert _uuids(other) == sorted(f"id-{i}" for i in range(10))
+    part = NiFiPartition(scope, 0, _peer(srv))
+    assert _read(srv, staging, part) == []  # the retry: every kept FlowFile is already in the batch
+    [record] = _records(tmp_path)
+    assert len(json.loads(record.read_text())["readElsewhere"]) == 10
+    assert _read(srv, StagingArea(str(tmp_path)), part) == []  # a replay yields the same
+    settled = staging.manifest(scope, 0)
+    assert settled is not None and settled.resolution is Resolution.AMBIGUOUS_KEPT and settled.flow_files == 10
 
 
 def _batch(attributes: list[list[tuple[str, str]]]) -> pa.RecordBatch:
