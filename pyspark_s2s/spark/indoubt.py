@@ -124,6 +124,7 @@ class InDoubtFilter:
         self._staging, self._retention = staging, retention
         self._records: dict[str, tuple[float, frozenset[str]]] = {}
         self._values: pa.Array | None = None
+        self._live: frozenset[str] = frozenset()
         self.dropped = 0
 
     def refresh(self) -> None:
@@ -138,8 +139,11 @@ class InDoubtFilter:
             if info.base_name not in self._records:
                 self._records[info.base_name] = _read_record(self._staging, info)
         now = time.time()
-        live = [uuids for kept_at, uuids in self._records.values() if now - kept_at < self._retention]
-        self._values = pa.array(sorted(frozenset().union(*live)), pa.string()) if any(live) else None
+        live = frozenset(name for name, (kept_at, _) in self._records.items() if now - kept_at < self._retention)
+        if live != self._live:  # the value set is rebuilt only when a record comes or goes
+            self._live = live
+            uuids = frozenset().union(*(self._records[name][1] for name in live))
+            self._values = pa.array(sorted(uuids), pa.string()) if uuids else None
 
     @property
     def active(self) -> bool:
