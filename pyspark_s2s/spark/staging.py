@@ -6,6 +6,7 @@ Owns: the layout under ``stagingLocation`` and its atomic writes::
     <stagingLocation>/<scope>/part-00003-r0000-<attempt>.arrow   round 0's FlowFiles (Arrow IPC file)
     <stagingLocation>/<scope>/part-00003.done                    the partition's rounds are final
     <stagingLocation>/driver/latest-offset.json                  the last planned offset (pyspark 4.0/4.1)
+    <stagingLocation>/in-doubt/<scope>-p00003-r0000.json         an in-doubt round's uuids (spark/indoubt.py)
 
 ``scope`` is ``batch-<N>`` for micro-batch N of a streaming query and ``read-<uuid>`` for one
 batch read. A partition reads in rounds (one NiFi transaction each). Every file is written under
