@@ -171,6 +171,13 @@ SPARK_ONLY_OPTIONS: tuple[Option, ...] = (
          "Source. After a micro-batch that found the port empty, wait this long before pulling again, so "
          "an idle port costs at most one empty pull (and one offset-log entry) per interval.",
          default_doc="1 sec"),
+    _row("inDoubtRetention", "in_doubt_retention", _dur, 86400.0, "duration",
+         "Source. How long the uuids of an in-doubt round are remembered: a round whose confirm's outcome "
+         "could not be settled (its answer was lost and the retry came later than half the TTL, or its node "
+         "left the cluster) is kept, and for this long later rounds of the query drop (and still confirm) "
+         "any FlowFile NiFi serves again with one of its uuids, so nothing is read twice. A FlowFile served "
+         "again after this window is read again (a duplicate); 0 turns the filter off. Kept under "
+         "`stagingLocation` (`in-doubt/`), so a restarted query keeps it.", default_doc="24 hours"),
     _row("recordFormat", "record_format", _choice(RECORD_FORMATS), None, "avro, json, csv or parquet",
          "Source and sink. Record mode: a FlowFile's content is a record set as NiFi's record readers and "
          "writers handle it (Avro object container with its schema, JSON array or lines, CSV with a header, "
@@ -282,6 +289,7 @@ class SparkOptions:
     max_bytes_per_trigger: int | None = None
     min_partitions: int | None = None
     idle_poll_interval: float = 1.0
+    in_doubt_retention: float = 86400.0
     record_format: str | None = None
     mode: str = "FAILFAST"
     column_name_of_corrupt_record: str = "_corrupt_record"

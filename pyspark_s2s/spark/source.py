@@ -59,6 +59,13 @@ from pyspark_s2s.spark.compat import (
     SupportsTriggerAvailableNow,
     note_once,
 )
+from pyspark_s2s.spark.indoubt import (
+    InDoubtFilter,
+    drop_uuids,
+    prune,
+    read_elsewhere,
+    remember,
+)
 from pyspark_s2s.spark.options import SparkOptions
 from pyspark_s2s.spark.planning import (
     INITIAL_OFFSET,
@@ -149,7 +156,11 @@ def _round_limits(opts: SparkOptions, part: NiFiPartition, got_rows: int, got_by
 def _replay(staging: StagingArea, m: RoundManifest, rows: Rows) -> Iterator[Any]:
     if not m.flow_files or m.data is None:
         return
+    # an in-doubt round leaves out what other partitions of its batch read again before it was settled
+    elsewhere = read_elsewhere(staging, m) if m.resolution is Resolution.AMBIGUOUS_KEPT else None
     for batch in staging.read_data(m.scope, m.data):
+        if elsewhere is not None:
+            batch, _ = drop_uuids(batch, elsewhere)
         yield from rows.output(batch, peer=m.peer, transaction_id=m.transaction_id, received_at_us=m.received_at_us)
     rows.end_round(f"nifi-s2s partition {m.partition} of {m.scope} round {m.round} "
                    f"(peer {m.peer}, transaction {m.transaction_id})")
@@ -200,6 +211,8 @@ def _resolve_pending(opts: SparkOptions, staging: StagingArea, m: RoundManifest)
         return None
     finally:
         client.close()
+    if resolution is Resolution.AMBIGUOUS_KEPT and opts.in_doubt_retention > 0:
+        remember(staging, m)  # before the rows are released: a restart keeps dropping them
     confirmed = m.confirmed(resolution)
     staging.write_manifest(confirmed)
     return confirmed
@@ -275,6 +288,7 @@ def _read_staged(opts: SparkOptions, rows: Rows, part: NiFiPartition, staging: S
     window = max(ROUND_WINDOW, float(opts.client.batch_duration or 0))
     started = time.monotonic()
     clients: dict[tuple[int, int], SiteToSiteClient] = {}
+    in_doubt = InDoubtFilter(staging, opts.in_doubt_retention)
     try:
         while True:
             limits = _round_limits(opts, part, got_rows, got_bytes)
@@ -284,7 +298,8 @@ def _read_staged(opts: SparkOptions, rows: Rows, part: NiFiPartition, staging: S
             client = clients.get(limits)
             if client is None:
                 client = clients[limits] = _partition_client(opts, *limits)
-            m = _pull_and_stage(client, opts, part, staging, k, peer)
+            in_doubt.refresh()  # one listing a round: a record written meanwhile counts from the next
+            m = _pull_and_stage(client, opts, part, staging, k, peer, in_doubt)
             got_rows, got_bytes, peer = got_rows + m.flow_files, got_bytes + m.bytes, m.peer
             k += 1
             final = not m.full or time.monotonic() - started >= window
@@ -301,13 +316,15 @@ def _read_staged(opts: SparkOptions, rows: Rows, part: NiFiPartition, staging: S
 
 
 def _pull_and_stage(client: SiteToSiteClient, opts: SparkOptions, part: NiFiPartition, staging: StagingArea,
-                    round_: int, peer: str) -> RoundManifest:
+                    round_: int, peer: str, in_doubt: InDoubtFilter | None = None) -> RoundManifest:
     """Receive one round (one NiFi transaction) into the staging area and confirm it; returns its
-    manifest."""
+    manifest. FlowFiles ``in_doubt`` names are received and confirmed but not staged (the
+    manifest counts what NiFi served)."""
     from pyspark_s2s.client.arrow import ARROW_SCHEMA
 
     staged = None
     started = time.monotonic()
+    dropped_before = in_doubt.dropped if in_doubt is not None else 0
     try:
         tx = _open(client, part, peer)
         with tx:
@@ -317,7 +334,7 @@ def _pull_and_stage(client: SiteToSiteClient, opts: SparkOptions, part: NiFiPart
                     break
                 if staged is None:
                     staged = staging.open_data(part.scope, part.index, ARROW_SCHEMA, round_)
-                staged.write(batch)
+                staged.write(batch if in_doubt is None else in_doubt.apply(batch))
             received_at = int(time.time() * 1e6)
 
             def manifest(state: RoundState, data: str | None = None, checksum: int = 0,
@@ -364,6 +381,10 @@ def _pull_and_stage(client: SiteToSiteClient, opts: SparkOptions, part: NiFiPart
             confirmed = pending.confirmed()
             staging.write_manifest(confirmed)
             tx.complete()
+            if in_doubt is not None and in_doubt.dropped > dropped_before:
+                logger.warning("partition %s/%d round %d: dropped %d FlowFiles served again from an in-doubt "
+                               "round (transaction %s confirmed, so NiFi lets them go)", part.scope, part.index,
+                               round_, in_doubt.dropped - dropped_before, confirmed.transaction_id)
             logger.info("partition %s/%d round %d: %d FlowFiles, %d bytes from %s (port %s) in %.2f s",
                         part.scope, part.index, round_, confirmed.flow_files, confirmed.bytes, confirmed.peer,
                         opts.client.port, time.monotonic() - started)
@@ -651,6 +672,7 @@ class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if n >= 0:
             removed = self._staging.delete_batches_through(n)
             logger.debug("committed batch %d; removed %d staged batch directories", n, removed)
+            prune(self._staging, self._opts.in_doubt_retention)
 
     def stop(self) -> None:
         if self._driver is not None:

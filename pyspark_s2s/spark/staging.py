@@ -6,6 +6,7 @@ Owns: the layout under ``stagingLocation`` and its atomic writes::
     <stagingLocation>/<scope>/part-00003-r0000-<attempt>.arrow   round 0's FlowFiles (Arrow IPC file)
     <stagingLocation>/<scope>/part-00003.done                    the partition's rounds are final
     <stagingLocation>/driver/latest-offset.json                  the last planned offset (pyspark 4.0/4.1)
+    <stagingLocation>/in-doubt/<scope>-p00003-r0000.json         an in-doubt round's uuids (spark/indoubt.py)
 
 ``scope`` is ``batch-<N>`` for micro-batch N of a streaming query and ``read-<uuid>`` for one
 batch read. A partition reads in rounds (one NiFi transaction each). Every file is written under
@@ -360,6 +361,14 @@ class StagingArea:
         with fs.open_output_stream(tmp) as out:
             out.write(text.encode("utf-8"))
         self._publish(tmp, final)
+
+    def read_file(self, scope: str, name: str) -> str | None:
+        """The text of ``<scope>/<name>``, or None when there is none."""
+        return self._read_text(scope, name)
+
+    def write_file(self, scope: str, name: str, text: str) -> None:
+        """Write (or replace) ``<scope>/<name>`` atomically and durably (other owners' files)."""
+        self._write_text(scope, name, text)
 
     def _write_json(self, scope: str, name: str, value: dict[str, Any]) -> None:
         self._write_text(scope, name, json.dumps(value, sort_keys=True))

@@ -1,0 +1,134 @@
+"""In-doubt rounds (``spark/indoubt.py``): a round kept although its confirm's outcome is unknown
+has its uuids remembered under the staging location, and the FlowFiles NiFi serves again with
+them are dropped (and confirmed) by later rounds, also after a restart, within
+``inDoubtRetention``."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from serverproc import ServerProcess, server_fixtures
+from test_source_parts import _fill, _opts, _peer, _read, _stage_pending
+
+from pyspark_s2s.client import SiteToSiteClient
+from pyspark_s2s.client.arrow import ARROW_SCHEMA
+from pyspark_s2s.errors import ConfigError
+from pyspark_s2s.spark.indoubt import INDOUBT_SCOPE, InDoubtFilter
+from pyspark_s2s.spark.schema import SOURCE_SCHEMA
+from pyspark_s2s.spark.source import NiFiPartition, NiFiStreamReader
+from pyspark_s2s.spark.staging import Resolution, StagingArea, batch_scope
+
+server, srv, _, _ = server_fixtures("--output-port", "out", "--ttl", "30")
+
+
+def _records(tmp_path: Path) -> list[Path]:
+    return sorted((tmp_path / INDOUBT_SCOPE).glob("*.json"))
+
+
+def _uuids(rows: list[dict[str, object]]) -> list[str]:
+    return sorted(str(r["uuid"]) for r in rows)
+
+
+def _in_doubt_round(srv: ServerProcess, staging: StagingArea, scope: str) -> None:
+    """Partition 0 of ``scope``: 10 FlowFiles (id-0..9) staged, pending; NiFi rolled the transaction
+    back (here: canceled) and the retry comes after half the TTL, when "not found" can no longer be
+    told apart from "committed"."""
+    _fill(srv, 10)
+    handle = _stage_pending(srv, staging, scope)
+    SiteToSiteClient(url=srv.url, portName="out").cancel(handle)
+    assert srv.admin.queued("out") == 10
+    pending = staging.manifest(scope, 0)
+    assert pending is not None and pending.staged_at is not None
+    staging.write_manifest(replace(pending, staged_at=pending.staged_at - pending.ttl))
+
+
+def test_an_in_doubt_round_is_remembered_and_what_nifi_serves_again_is_dropped(srv: ServerProcess,
+                                                                              tmp_path: Path) -> None:
+    staging = StagingArea(str(tmp_path))
+    scope = batch_scope(6)
+    _in_doubt_round(srv, staging, scope)
+    _fill(srv, 3, prefix="new")
+
+    kept = _read(srv, staging, NiFiPartition(scope, 0, _peer(srv)))
+    assert _uuids(kept) == sorted(f"id-{i}" for i in range(10))  # kept: a loss is worse
+    settled = staging.manifest(scope, 0)
+    assert settled is not None and settled.resolution is Resolution.AMBIGUOUS_KEPT
+    [record] = _records(tmp_path)
+    assert sorted(json.loads(record.read_text())["uuids"]) == sorted(f"id-{i}" for i in range(10))
+
+    # NiFi serves the 10 again: the next batch reads only the new ones, and confirms all 13
+    later = _read(srv, staging, NiFiPartition(batch_scope(7), 0, _peer(srv)))
+    assert _uuids(later) == ["new-0", "new-1", "new-2"]
+    m = staging.manifest(batch_scope(7), 0)
+    assert m is not None and m.flow_files == 13  # what NiFi served, dropped ones included
+    assert srv.admin.queued("out") == 0
+
+    # a restarted query (a new process: nothing but the staging location) keeps dropping them
+    _fill(srv, 10)
+    again = _read(srv, StagingArea(str(tmp_path)), NiFiPartition(batch_scope(8), 0, _peer(srv)))
+    assert again == [] and srv.admin.queued("out") == 0
+
+    # past inDoubtRetention the record is ignored (the FlowFile is read again) and pruned on commit
+    obj = json.loads(record.read_text())
+    record.write_text(json.dumps({**obj, "keptAt": obj["keptAt"] - 7200}))
+    _fill(srv, 2)
+    past = _read(srv, staging, NiFiPartition(batch_scope(9), 0, _peer(srv)), inDoubtRetention="1 hour")
+    assert _uuids(past) == ["id-0", "id-1"]
+    reader = NiFiStreamReader(_opts(stagingLocation=str(tmp_path), inDoubtRetention="1 hour"), SOURCE_SCHEMA)
+    reader.commit({"batch": 9, "plan": []})
+    assert _records(tmp_path) == []
+
+
+def test_what_another_partition_of_the_batch_read_again_is_left_out_of_the_kept_round(
+    srv: ServerProcess, tmp_path: Path
+) -> None:
+    """NiFi served the FlowFiles again before the retry settled the round, and another partition of
+    the same micro-batch read them: the kept round leaves those out, on every replay."""
+    staging = StagingArea(str(tmp_path))
+    scope = batch_scope(3)
+    _in_doubt_round(srv, staging, scope)
+    other = _read(srv, staging, NiFiPartition(scope, 1, _peer(srv)))  # read before the retry
+    assert _uuids(other) == sorted(f"id-{i}" for i in range(10))
+    part = NiFiPartition(scope, 0, _peer(srv))
+    assert _read(srv, staging, part) == []  # the retry: every kept FlowFile is already in the batch
+    [record] = _records(tmp_path)
+    assert len(json.loads(record.read_text())["readElsewhere"]) == 10
+    assert _read(srv, StagingArea(str(tmp_path)), part) == []  # a replay yields the same
+    settled = staging.manifest(scope, 0)
+    assert settled is not None and settled.resolution is Resolution.AMBIGUOUS_KEPT and settled.flow_files == 10
+
+
+def _batch(attributes: list[list[tuple[str, str]]]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array([b"x"] * len(attributes), pa.binary()),
+                                       pa.array(attributes, ARROW_SCHEMA.field("attributes").type)],
+                                      schema=ARROW_SCHEMA)
+
+
+def test_the_filter_drops_only_remembered_uuids_and_never_a_flowfile_without_one(tmp_path: Path) -> None:
+    staging = StagingArea(str(tmp_path))
+    batch = _batch([[("uuid", "a"), ("n", "0")], [("n", "1")], [("uuid", "b")], [("n", "3"), ("uuid", "a")]])
+    idle = InDoubtFilter(staging, 86400)
+    idle.refresh()  # no in-doubt round: nothing is looked at, the batch goes through as it is
+    assert not idle.active and idle.apply(batch) is batch
+    staging.write_file(INDOUBT_SCOPE, "batch-000000000001-p00000-r0000.json",
+                       json.dumps({"keptAt": time.time(), "uuids": ["a", "zz"]}))
+    flt = InDoubtFilter(staging, 86400)
+    flt.refresh()
+    kept = flt.apply(batch)
+    assert kept.column("attributes").to_pylist() == [[("n", "1")], [("uuid", "b")]]
+    assert flt.dropped == 2
+    off = InDoubtFilter(staging, 0)  # inDoubtRetention=0: off
+    off.refresh()
+    assert off.apply(batch) is batch
+
+
+def test_a_bad_retention_names_the_option() -> None:
+    with pytest.raises(ConfigError) as e:
+        _opts(inDoubtRetention="for a while")
+    assert e.value.option == "inDoubtRetention" and "inDoubtRetention" in str(e.value)
+    assert _opts(inDoubtRetention="2 days").in_doubt_retention == 172800
