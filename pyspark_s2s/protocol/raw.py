@@ -78,8 +78,8 @@ import re
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, repeat
-from operator import add, mul, sub
+from itertools import repeat
+from operator import add
 from typing import Final, TypeVar
 
 from pyspark_s2s.errors import ChecksumMismatch, ProtocolError
@@ -95,6 +95,7 @@ from pyspark_s2s.protocol.codec import (
     PacketEnd,
     PacketRun,
     PacketStart,
+    packet_offsets,
     scan_ends,
 )
 from pyspark_s2s.protocol.codes import ResponseCode
@@ -517,9 +518,7 @@ class RawPacketWriter(PacketStreamEncoder):
         if not packets:
             return b""
         # each packet's offsets end with its content end: 2 * count + 2 of them per packet
-        stops = list(map(ends.__getitem__, map(sub, accumulate(map(add, map(mul, counts, repeat(2)), repeat(2))),
-                                               repeat(1))))
-        return self.contiguous(data, 0, stops)
+        return self.contiguous(data, 0, packet_offsets(ends, counts))
 
     def contiguous(self, buf: bytes | bytearray, start: int, stops: Sequence[int]) -> bytes:
         """Whole uncompressed packets lying back to back in ``buf`` from ``start``, packet ``i``
@@ -1018,8 +1017,7 @@ class RawReader:
         # ``ends`` are already those of the packets back to back; packet i has 2 * count + 2
         # of them and ends at its last, 3 * i bytes (the CONTINUEs before it) further on in buf,
         # where the next one starts 3 bytes later. Maps over the run, no Python code per packet.
-        lasts = accumulate(map(add, map(mul, counts, repeat(2)), repeat(2)))
-        stops = list(map(add, map(ends.__getitem__, map(sub, lasts, repeat(1))), range(0, 3 * n, 3)))
+        stops = list(map(add, packet_offsets(ends, counts), range(0, 3 * n, 3)))
         starts = [0, *map(add, stops[:-1], repeat(3))]
         view = memoryview(buf)
         data = b"".join(map(view.__getitem__, map(slice, starts, stops)))
