@@ -365,6 +365,43 @@ class PacketDecoder:
             self._failed = True
             raise
 
+    def next_packets(
+        self, separator: bytes, max_events: int, after_packet: bool
+    ) -> tuple[list[DecoderEvent], bool]:
+        """The events decodable now for a stream where ``separator`` follows every whole packet
+        (RAW Site-to-Site's CONTINUE_TRANSACTION), each separator consumed, in one call: whole
+        packets, or a large packet's start (its content streams: the list ends there). Stops
+        before anything else where a separator belongs (more bytes, another code: the caller
+        reads it). ``after_packet``: a whole packet was decoded last, its separator not read
+        yet. Returns (events, whether the last event is a whole packet whose separator is not
+        read yet)."""
+        if self._failed:
+            raise ProtocolError("decoder already failed")
+        if self._pending is not None or self._streaming or self._direct:
+            raise ProtocolError("next_packets() called in the middle of a packet")
+        out: list[DecoderEvent] = []
+        append = out.append
+        nxt = self._next
+        step = len(separator)
+        try:
+            for _ in range(max_events):
+                if after_packet:
+                    if not self._buf.startswith(separator, self._pos):
+                        break
+                    self._pos += step
+                    self._need = 4
+                ev = nxt()
+                if ev is NEED_DATA:  # a packet partly decoded: the caller reads on
+                    return out, False
+                append(ev)
+                after_packet = type(ev) is DataPacket
+                if not after_packet:  # a large packet's start: its content streams
+                    break
+        except ProtocolError:
+            self._failed = True
+            raise
+        return out, after_packet
+
     def events(self) -> list[DecoderEvent]:
         """Every event available now (without the trailing NEED_DATA)."""
         out: list[DecoderEvent] = []
