@@ -21,9 +21,11 @@ from __future__ import annotations
 import struct
 from array import array
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from itertools import accumulate
+from functools import lru_cache
+from itertools import accumulate, repeat
+from operator import add, mul, sub
 from typing import Final
 
 from pyspark_s2s.errors import ProtocolError
@@ -47,6 +49,7 @@ __all__ = [
     "decode_packets",
     "encode_packet",
     "encode_packet_header",
+    "packet_offsets",
     "scan_ends",
     "scan_packets",
 ]
@@ -362,6 +365,43 @@ class PacketDecoder:
             self._failed = True
             raise
 
+    def next_packets(
+        self, separator: bytes, max_events: int, after_packet: bool
+    ) -> tuple[list[DecoderEvent], bool]:
+        """The events decodable now for a stream where ``separator`` follows every whole packet
+        (RAW Site-to-Site's CONTINUE_TRANSACTION), each separator consumed, in one call: whole
+        packets, or a large packet's start (its content streams: the list ends there). Stops
+        before anything else where a separator belongs (more bytes, another code: the caller
+        reads it). ``after_packet``: a whole packet was decoded last, its separator not read
+        yet. Returns (events, whether the last event is a whole packet whose separator is not
+        read yet)."""
+        if self._failed:
+            raise ProtocolError("decoder already failed")
+        if self._pending is not None or self._streaming or self._direct:
+            raise ProtocolError("next_packets() called in the middle of a packet")
+        out: list[DecoderEvent] = []
+        append = out.append
+        nxt = self._next
+        step = len(separator)
+        try:
+            for _ in range(max_events):
+                if after_packet:
+                    if not self._buf.startswith(separator, self._pos):
+                        break
+                    self._pos += step
+                    self._need = 4
+                ev = nxt()
+                if ev is NEED_DATA:  # a packet partly decoded: the caller reads on
+                    return out, False
+                append(ev)
+                after_packet = type(ev) is DataPacket
+                if not after_packet:  # a large packet's start: its content streams
+                    break
+        except ProtocolError:
+            self._failed = True
+            raise
+        return out, after_packet
+
     def events(self) -> list[DecoderEvent]:
         """Every event available now (without the trailing NEED_DATA)."""
         out: list[DecoderEvent] = []
@@ -577,27 +617,27 @@ def scan_ends(
     app = ends.append
     capp = counts.append
     u32 = _U32.unpack_from
-    i32 = _I32.unpack_from
     i64 = _I64.unpack_from
+    sep_len = len(separator)
+    # the code between packets and the next packet's attribute count in one read (for HTTP
+    # bodies an empty code): RAW's marker costs a comparison, not a call of its own
+    between = _between_struct(sep_len)
     size = len(buf)
     stop = size - 12  # a packet takes at least 12 bytes
     p = end = start
-    sep_len = len(separator)
     shift = 0  # separator bytes skipped so far (0 without one)
+    try:
+        cnt = _I32.unpack_from(buf, p)[0]
+    except struct.error:
+        return end, ends, counts
     for _ in range(max_packets):
-        if sep_len and counts:
-            if not buf.startswith(separator, p):
-                break
-            p += sep_len
-            shift += sep_len
         if p > stop:
             break
+        if not 0 <= cnt <= max_attributes:
+            raise ProtocolError(
+                f"packet {len(counts) + 1}: attribute count {cnt} is outside 0..{max_attributes}"
+            )
         try:
-            cnt = i32(buf, p)[0]
-            if not 0 <= cnt <= max_attributes:
-                raise ProtocolError(
-                    f"packet {len(counts) + 1}: attribute count {cnt} is outside 0..{max_attributes}"
-                )
             q = p + 4
             app(q - shift)
             for _ in range(cnt):
@@ -617,10 +657,37 @@ def scan_ends(
             break  # content not complete yet
         app(q - shift)
         capp(cnt)
-        p = end = q
+        end = q
+        try:
+            code, cnt = between(buf, q)
+        except struct.error:  # no (whole) next packet head yet
+            break
+        if code != separator:
+            break
+        p = q + sep_len
+        shift += sep_len
     # drop what an incomplete last packet appended
     del ends[2 * (sum(counts) + len(counts)) :]
     return end, ends, counts
+
+
+def packet_offsets(ends: array[int], counts: array[int], back: int = 1) -> list[int]:
+    """From :func:`scan_ends`' ``ends``/``counts``: per packet, its ``back``-th offset from the
+    last (1: where the packet ends; 2: where its attribute section ends, the content length
+    next). C loops only; one array slice when every packet has the same attribute count (the
+    usual bulk upload)."""
+    n = len(counts)
+    if n and counts.count(counts[0]) == n:
+        k = 2 * counts[0] + 2
+        return ends[k - back :: k].tolist()
+    lasts = accumulate(map(add, map(mul, counts, repeat(2)), repeat(2)))
+    return list(map(ends.__getitem__, map(sub, lasts, repeat(back))))
+
+
+@lru_cache(maxsize=4)
+def _between_struct(sep_len: int) -> Callable[[bytes | bytearray, int], tuple[bytes, int]]:
+    """``unpack_from`` of a separator of ``sep_len`` bytes followed by an attribute count."""
+    return struct.Struct(f">{sep_len}si").unpack_from
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,11 +20,16 @@ import threading
 import uuid
 from collections.abc import Iterator
 from functools import partial
-from itertools import accumulate, chain, repeat
-from operator import add, attrgetter, itemgetter, mul, sub
+from itertools import chain, repeat
+from operator import add, attrgetter, itemgetter, sub
 from typing import Any
 
-from pyspark_s2s.protocol.codec import DataPacket, PacketRun, decode_packets
+from pyspark_s2s.protocol.codec import (
+    DataPacket,
+    PacketRun,
+    decode_packets,
+    packet_offsets,
+)
 
 __all__ = [
     "ADDED_KEYS",
@@ -327,10 +332,8 @@ def wire_flowfiles(run: PacketRun, host: str, address: str) -> list[WireFlowFile
     # run.ends holds 2 * (count + 1) offsets per packet, its content end last and the end of
     # its attributes (where the content length starts) next to last; packet i starts where
     # packet i - 1 ends
-    last = list(map(mul, map(add, accumulate(counts), range(1, n + 1)), repeat(2)))
-    take = run.ends.__getitem__
-    e = list(map(take, map(sub, last, repeat(1))))
-    a = list(map(take, map(sub, last, repeat(2))))
+    e = packet_offsets(run.ends, counts)
+    a = packet_offsets(run.ends, counts, 2)
     s = [0, *e[:-1]]
     # the new attribute counts, written over the old ones in a copy of the run
     patched = bytearray(data)

@@ -20,12 +20,14 @@ from pyspark_s2s.protocol.codec import (
     PacketEnd,
     PacketStart,
     encode_packet,
+    encode_packet_header,
 )
 from pyspark_s2s.protocol.codes import ResponseCode
 from pyspark_s2s.protocol.peers import PeerStatus
 from pyspark_s2s.protocol.raw import (
     CODEC_RESOURCE,
     CONFIRM_OK,
+    CONTINUE_MARKER,
     MAGIC,
     PROTOCOL_RESOURCE,
     PROTOCOL_VERSIONS,
@@ -756,3 +758,34 @@ def test_mutated_sections_give_packets_or_protocol_error(
                     return
     except ProtocolError:
         pass
+
+
+@settings(max_examples=60, deadline=None)
+@given(section_packets, st.integers(min_value=0, max_value=3), st.sampled_from([1, 2, 64]))
+def test_marked_packets_and_packet_lists_agree_with_packet_by_packet(
+    pkts: list[tuple[dict[str, str], bytes]], before: int, max_events: int
+) -> None:
+    """The RAW client's small-packet send (packets marked and checksummed by the caller,
+    ``marked``) gives the bytes and CRC of ``packet``; its receive (``read_packets``, a few at
+    a time) the packets of ``read_packet_event``."""
+    one, bulk = RawPacketWriter(), RawPacketWriter()
+    head = [({"n": str(i)}, b"h" * i) for i in range(before)]
+    expected = b"".join(one.packet(a, c) for a, c in head + pkts) + one.finish()
+    got = b"".join(bulk.packet(a, c) for a, c in head)
+    wire, crc = bytearray(), bulk.checksum
+    for a, c in pkts:
+        header = encode_packet_header(a, len(c))
+        wire += CONTINUE_MARKER + header + c
+        crc = zlib.crc32(c, zlib.crc32(header, crc))
+    got += bytes(bulk.marked(wire, len(pkts), crc)) + bulk.finish()
+    assert got == expected and bulk.checksum == one.checksum and bulk.packets == one.packets
+    reader = RawReader(inline_content_limit=1 << 20)
+    reader.start_packets(False)
+    reader.feed(got)
+    seen: list[Any] = []
+    while not (seen and isinstance(seen[-1], PacketsFinished)):
+        batch = reader.read_packets(max_events)
+        assert len(batch) <= max_events
+        seen += batch or [reader.read_packet_event()]
+    assert [(p.attributes, p.content) for p in seen[:-1]] == head + pkts
+    assert seen[-1] == PacketsFinished(len(head) + len(pkts), one.checksum)
