@@ -23,17 +23,24 @@ def _count(spark: Any, name: str) -> int:
     return int(spark.sql(f"select count(*) c from {name}").collect()[0].c)
 
 
+def _start_stream(spark: Any, srv: ServerProcess, tmp_path: Path) -> tuple[str, Any]:
+    """A streaming read of port ``out`` into a memory table, with staging; returns the table's name
+    and the query."""
+    df = (spark.readStream.format("nifi-s2s").option("url", srv.url).option("portName", "out")
+          .option("stagingLocation", str(tmp_path / "staging")).option("timeout", "5 sec")
+          .option("idlePollInterval", "200 ms").option("peerRefreshInterval", "1 sec").load())
+    name = f"q_{uuid.uuid4().hex[:8]}"
+    q = df.writeStream.format("memory").queryName(name).option("checkpointLocation", str(tmp_path / "chk")).start()
+    return name, q
+
+
 def test_stream_follows_a_takeover_and_reads_every_id_exactly_once(spark: Any, tmp_path: Path) -> None:
     with ServerProcess("--output-port", "out", "--nodes", "3", "--replicas", "1", "--ttl", "4") as srv:
         for node in range(3):
             srv.admin.enqueue("out", _flowfiles(f"n{node}", 100), node=node)
         # node 1's first download stalls after 10 packets; the node is lost while it stalls
         srv.admin.fault("stall", node=1, method="GET", path_contains="flow-files", seconds=30, after_packets=10)
-        df = (spark.readStream.format("nifi-s2s").option("url", srv.url).option("portName", "out")
-              .option("stagingLocation", str(tmp_path / "staging")).option("timeout", "5 sec")
-              .option("idlePollInterval", "200 ms").option("peerRefreshInterval", "1 sec").load())
-        name = f"q_{uuid.uuid4().hex[:8]}"
-        q = df.writeStream.format("memory").queryName(name).option("checkpointLocation", str(tmp_path / "chk")).start()
+        name, q = _start_stream(spark, srv, tmp_path)
         try:
             wait_for(lambda: any(t.get("state") == "TRANSFERRING" for t in srv.admin.transactions(node=1)), 60,
                      "node 1's download")
@@ -73,11 +80,7 @@ def test_a_confirm_in_flight_when_its_node_is_lost_keeps_the_rows_and_drops_thei
             srv.admin.enqueue("out", _flowfiles(f"n{node}", 40), node=node)
         # node 1 sits on the first confirm it gets for 4 s
         srv.admin.fault("delay", node=1, method="DELETE", path_contains="output-ports", seconds=4)
-        df = (spark.readStream.format("nifi-s2s").option("url", srv.url).option("portName", "out")
-              .option("stagingLocation", str(tmp_path / "staging")).option("timeout", "5 sec")
-              .option("idlePollInterval", "200 ms").option("peerRefreshInterval", "1 sec").load())
-        name = f"q_{uuid.uuid4().hex[:8]}"
-        q = df.writeStream.format("memory").queryName(name).option("checkpointLocation", str(tmp_path / "chk")).start()
+        name, q = _start_stream(spark, srv, tmp_path)
         try:
             wait_for(lambda: any(f["fired"] for f in srv.admin.faults()), 60, "node 1's delayed confirm")
             srv.admin.stop_node(1)  # the confirm is in flight: its answer never comes
