@@ -301,25 +301,26 @@ class Upload:
     def in_packet(self) -> bool:
         return self._writer is not None
 
-    def fail(self, reason: str) -> None:
-        """The upload broke (bad bytes, a dropped or stalled connection): roll it back."""
+    def _end(self) -> bool:
+        """Mark the upload over, discarding a packet half written; False when it already was."""
         if self._done:
-            return
+            return False
         self._done = True
         if self._writer is not None:
             self._writer.discard()
             self._writer = None
-        self.app.cluster.fail(self.tx, reason, self.received)
+        return True
+
+    def fail(self, reason: str) -> None:
+        """The upload broke (bad bytes, a dropped or stalled connection): roll it back."""
+        if self._end():
+            self.app.cluster.fail(self.tx, reason, self.received)
 
     def cancel(self) -> None:
         """The client canceled the transaction between packets (RAW CANCEL_TRANSACTION): rolled
         back, outcome ``canceled``."""
-        if self._done:
+        if not self._end():
             return
-        self._done = True
-        if self._writer is not None:
-            self._writer.discard()
-            self._writer = None
         cluster = self.app.cluster
         with cluster.lock:
             self.tx.flowfiles = self.received

@@ -132,10 +132,7 @@ class NodeServer(NodeListener, ThreadingHTTPServer):
         idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
     ) -> None:
         self.app = app
-        self.node = node
-        self.ssl_context = ssl_context
-        self.idle_timeout = idle_timeout
-        self._init_connections()
+        self._init_listener(node, ssl_context, idle_timeout)
         #: connection -> when its request head must be complete; the watchdog closes latecomers
         self._deadlines: dict[socket.socket, float] = {}
         self._late: set[socket.socket] = set()

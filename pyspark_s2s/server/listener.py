@@ -28,8 +28,8 @@ logger = logging.getLogger(__name__)
 
 
 class NodeListener:
-    """Mixin for the ``socketserver`` server of one node; the subclass sets ``node``,
-    ``ssl_context``, ``idle_timeout`` and calls :meth:`_init_connections`."""
+    """Mixin for the ``socketserver`` server of one node; the subclass calls
+    :meth:`_init_listener` before ``socketserver``'s own ``__init__``."""
 
     node: Node
     ssl_context: ssl.SSLContext | None
@@ -37,7 +37,10 @@ class NodeListener:
     #: how log lines name the listener ("" for HTTP, " RAW")
     transport_label = ""
 
-    def _init_connections(self) -> None:
+    def _init_listener(self, node: Node, ssl_context: ssl.SSLContext | None, idle_timeout: float) -> None:
+        self.node = node
+        self.ssl_context = ssl_context
+        self.idle_timeout = idle_timeout
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()
 

@@ -104,10 +104,7 @@ class RawNodeServer(NodeListener, socketserver.ThreadingTCPServer):
         idle_timeout: float,
     ) -> None:
         self.app = app
-        self.node = node
-        self.ssl_context = ssl_context
-        self.idle_timeout = idle_timeout
-        self._init_connections()
+        self._init_listener(node, ssl_context, idle_timeout)
         super().__init__(address, socketserver.BaseRequestHandler)
 
     def finish_request(self, request: Any, client_address: Any) -> None:
