@@ -202,6 +202,10 @@ class SoakResult:
     client_idle: ProcSample | None = None
     client_end: ProcSample | None = None
     open_at_end: int = -1
+    #: how long the receivers took to drain the queue after the senders stopped
+    drain_seconds: float = 0.0
+    #: FlowFiles the server still held per node and port when ids were missing after the drain
+    queued_at_end: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
 
@@ -279,6 +283,7 @@ class _Soak:
         self.result = SoakResult(cfg)
         self.stop_sending = threading.Event()
         self.stop_receiving = threading.Event()
+        self.senders_done = threading.Event()
         self.stop_sampling = threading.Event()
         self.errors_lock = threading.Lock()
         self.started = 0.0
@@ -309,7 +314,20 @@ class _Soak:
                 continue
             self.ledger.committed(ids, sum(sizes))
 
+    @staticmethod
+    def _refresh_when_draining(client: SiteToSiteClient, last: float) -> float:
+        """Draining, a receive found nothing while ids are missing: ask for the peers' queued counts
+        again (at most once a second). A client chooses its RECEIVE peer by the counts of its last
+        peer refresh, as NiFi's does, and refreshes every 60 s: a node that was empty then weighs 0
+        until the next refresh, however much it holds meanwhile; the drain must not wait for that."""
+        now = time.monotonic()
+        if now - last < 1.0:
+            return last
+        client.refresh_peers()  # a failed refresh keeps the list; the next receive reports it
+        return now
+
     def _receiver(self, client: SiteToSiteClient) -> None:
+        last_refresh = 0.0
         while not self.stop_receiving.is_set():
             try:
                 packets, _ = client.receive()
@@ -318,8 +336,13 @@ class _Soak:
                 time.sleep(0.5)
                 continue
             if not packets:
-                if self.stop_sending.is_set() and self.ledger.missing() <= 0:
-                    return
+                if self.stop_sending.is_set():
+                    # only once every sender is back: a send still in flight when the stop was asked
+                    # commits after it (the CI run that lost 1,500 ids: three 500-FlowFile sends
+                    # committed after both receivers had seen nothing missing and returned)
+                    if self.senders_done.is_set() and self.ledger.missing() <= 0:
+                        return
+                    last_refresh = self._refresh_when_draining(client, last_refresh)
                 time.sleep(0.1)
                 continue
             ids: list[int] = []
@@ -431,17 +454,26 @@ class _Soak:
         self.stop_sending.set()
         for t in senders:
             t.join(120)
+        self.senders_done.set()
         self.result.seconds = time.monotonic() - self.started
         cfg.progress(f"soak: senders stopped after {self.result.seconds:.0f} s; draining")
-        deadline = time.monotonic() + cfg.drain_seconds
+        drain_started = time.monotonic()
+        deadline = drain_started + cfg.drain_seconds
         while self.ledger.missing() > 0 and time.monotonic() < deadline and any(t.is_alive() for t in receivers):
             time.sleep(0.1)
+        self.result.drain_seconds = time.monotonic() - drain_started
         self.stop_receiving.set()
         for t in receivers:
             t.join(120)
         self.stop_sampling.set()
         sampler.join(30)
         self._sample(server.pid, admin, out)  # the last sample, with the workload done
+        if self.ledger.missing() > 0:
+            # where the missing ids are: still queued (not pulled in time) or gone from the server
+            self.result.queued_at_end = {
+                f"node {n['index']} port {p['name']}": int(p["queued"])
+                for n in admin.nodes() for p in n["ports"] if p["queued"]
+            }
         stuck = [t.name for t in (*senders, *receivers, sampler) if t.is_alive()]
         if stuck:
             self.result.violations.append(f"threads did not stop: {stuck}")
@@ -475,6 +507,9 @@ class _Soak:
         t = r.tally
         if t["lost"] or t["duplicated"] or t["unexpected"]:
             v.append(f"ids: lost {t['lost']}, duplicated {t['duplicated']}, unexpected {t['unexpected']}")
+        if t["lost"]:
+            where = ", ".join(f"{k}: {n:,}" for k, n in r.queued_at_end.items()) or "nothing"
+            v.append(f"after a {r.drain_seconds:.0f} s drain the server still queued {where}")
         if t["sent"] == 0:
             v.append("nothing was sent")
         if r.errors:

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
+import time
 
 from serverproc import ServerProcess
 
-from faults.soak import CompactLedger, SoakConfig, run
+from faults.harness import content_for
+from faults.soak import CompactLedger, SoakConfig, _fid, _Soak, run
 from pyspark_s2s.client import SiteToSiteClient, SiteToSiteClientConfig
 from pyspark_s2s.protocol.codes import Direction
 from pyspark_s2s.protocol.negotiation import HandshakeProperties
@@ -101,3 +104,30 @@ def test_a_closed_client_closes_its_idle_connections_at_once() -> None:
             assert fds() == before
         finally:
             gc.enable()
+
+
+def test_receivers_wait_for_every_sender_before_they_stop() -> None:
+    # regression (a CI run reported 1,500 ids lost): receivers stopped when the senders were asked
+    # to stop and nothing was missing yet, while three 500-FlowFile sends were still in flight; those
+    # committed afterwards into a queue nobody drained any more
+    with ServerProcess("--input-port", "in", "--output-port", "out", "--route", "in=out") as srv:
+        soak = _Soak(SoakConfig(seconds=1.0))
+        receiver = SiteToSiteClient(SiteToSiteClientConfig(urls=srv.url, port_name="out"))
+        sender = SiteToSiteClient(SiteToSiteClientConfig(urls=srv.url, port_name="in"))
+        try:
+            soak.stop_sending.set()  # asked to stop; the late send below is still in flight
+            thread = threading.Thread(target=soak._receiver, args=(receiver,), daemon=True)
+            thread.start()
+            time.sleep(0.5)
+            assert thread.is_alive()  # nothing missing yet, but a sender is not back
+            ids = soak.ledger.new_ids(3)
+            sender.send([(content_for(_fid(i), 10), {"fault.id": _fid(i), "fault.size": "10"}) for i in ids])
+            soak.ledger.committed(ids, 30)
+            soak.senders_done.set()
+            thread.join(30)
+            assert not thread.is_alive()
+            assert soak.ledger.tally() == {"sent": 3, "received": 3, "lost": 0, "duplicated": 0, "unexpected": 0}
+        finally:
+            soak.stop_receiving.set()
+            receiver.close()
+            sender.close()
