@@ -50,6 +50,7 @@ __all__ = [
     "encode_packet",
     "encode_packet_header",
     "packet_offsets",
+    "scan_deltas",
     "scan_ends",
     "scan_packets",
 ]
@@ -611,11 +612,59 @@ def scan_ends(
     to no packet: the offsets in ``ends`` are those of the packets put back to back (packet
     ``i`` recorded ``i * len(separator)`` bytes further to the front than it lies in ``buf``),
     while the returned offset is where the last packet ends in ``buf``.
+
+    The scan itself is :func:`scan_deltas`; this sums its field sizes into offsets.
     """
-    ends = array("q")
+    end, sizes, counts = scan_deltas(buf, max_packets, max_attributes, start, max_content=max_content,
+                                     max_header=max_header, separator=separator)
+    offsets = accumulate(sizes, initial=start)
+    next(offsets)
+    return end, array("q", offsets), counts
+
+
+@lru_cache(maxsize=32)
+def _header_struct(sizes: bytes) -> tuple[Callable[[bytes | bytearray, int], tuple[int, ...]], tuple[int, ...],
+                                          array[int], int]:
+    """For a packet whose fields (after its attribute count) have the sizes ``sizes`` (an
+    ``array('q')``'s bytes): ``unpack_from`` reading its count, every key and value length and
+    its content length in one call; the tuple that call returns for a packet of the same shape
+    (without the content length); the field sizes up to the content (count included); and the
+    header's size up to the content."""
+    fields = array("q")
+    fields.frombytes(sizes)
+    lengths = [n - 4 for n in fields]
+    fmt = ">i" + "".join(f"I{n}x" if n else "I" for n in lengths) + "q"
+    return (struct.Struct(fmt).unpack_from, (len(lengths) // 2, *lengths), array("q", [4, *fields]),
+            4 + sum(fields) + 8)
+
+
+def scan_deltas(
+    buf: bytes | bytearray,
+    max_packets: int,
+    max_attributes: int = MAX_ATTRIBUTES,
+    start: int = 0,
+    *,
+    max_content: int = _MAX_CONTENT_LENGTH,
+    max_header: int = _MAX_CONTENT_LENGTH,
+    separator: bytes = b"",
+) -> tuple[int, array[int], array[int]]:
+    """:func:`scan_ends` with each field's size instead of its end (``ends`` is ``start`` plus
+    the running sum of ``sizes``: the attribute count's 4 bytes, each key's and value's 4 + its
+    length, the content's 8 + its length); same arguments, checks and stopping points. The
+    client's Arrow receive sums the sizes with one Arrow kernel.
+
+    Once two packets in a row have the same attribute count and key and value lengths (NiFi
+    FlowFiles of one flow, whose values differ but mostly not in length), each following packet
+    is read with one ``unpack_from`` of that shape, which also checks the shape (every length it
+    reads must equal the previous packet's, so each is read where the field-by-field loop would
+    read it); a packet of another shape is read field by field.
+    """
+    sizes = array("q")
     counts = array("q")
-    app = ends.append
+    app = sizes.append
+    ext = sizes.extend
     capp = counts.append
+    i32 = _I32.unpack_from
     u32 = _U32.unpack_from
     i64 = _I64.unpack_from
     sep_len = len(separator)
@@ -625,26 +674,61 @@ def scan_ends(
     size = len(buf)
     stop = size - 12  # a packet takes at least 12 bytes
     p = end = start
-    shift = 0  # separator bytes skipped so far (0 without one)
+    unpack: Callable[[bytes | bytearray, int], tuple[int, ...]] | None = None
+    shape: tuple[int, ...] = ()  # the attribute count and lengths unpack reads for its shape
+    head = array("q")
+    hdr = 0
+    previous = None  # field sizes of the last packet read field by field
     try:
-        cnt = _I32.unpack_from(buf, p)[0]
+        cnt = i32(buf, p)[0]
     except struct.error:
-        return end, ends, counts
+        return end, sizes, counts
     for _ in range(max_packets):
         if p > stop:
             break
+        if unpack is not None:
+            try:
+                vals = unpack(buf, p)
+            except struct.error:  # not complete yet, or another shape: read field by field
+                vals = ()
+            if vals[:-1] == shape:
+                cl = vals[-1]
+                if cl < 0:
+                    raise ProtocolError(f"packet {len(counts) + 1}: negative content length {cl}")
+                q = p + hdr + cl
+                if cl > max_content or q > size:
+                    break
+                ext(head)
+                app(8 + cl)
+                capp(vals[0])
+                end = q
+                if sep_len:
+                    try:
+                        code, cnt = between(buf, q)
+                    except struct.error:
+                        break
+                    if code != separator:
+                        break
+                    p = q + sep_len
+                else:
+                    p = q
+                continue
+            unpack = None
+            cnt = i32(buf, p)[0]  # p <= stop: the 4 bytes are there
         if not 0 <= cnt <= max_attributes:
             raise ProtocolError(
                 f"packet {len(counts) + 1}: attribute count {cnt} is outside 0..{max_attributes}"
             )
         try:
             q = p + 4
-            app(q - shift)
+            app(4)
             for _ in range(cnt):
-                q += 4 + u32(buf, q)[0]
-                app(q - shift)
-                q += 4 + u32(buf, q)[0]
-                app(q - shift)
+                n = 4 + u32(buf, q)[0]
+                q += n
+                app(n)
+                n = 4 + u32(buf, q)[0]
+                q += n
+                app(n)
             cl = i64(buf, q)[0]
         except struct.error:  # the packet is not complete yet
             break
@@ -655,9 +739,13 @@ def scan_ends(
         q += 8 + cl
         if q > size:
             break  # content not complete yet
-        app(q - shift)
+        app(8 + cl)
         capp(cnt)
         end = q
+        fields = sizes[len(sizes) - 2 * cnt - 1 : -1].tobytes()
+        if fields == previous and cnt <= 256:
+            unpack, shape, head, hdr = _header_struct(fields)
+        previous = fields
         try:
             code, cnt = between(buf, q)
         except struct.error:  # no (whole) next packet head yet
@@ -665,10 +753,9 @@ def scan_ends(
         if code != separator:
             break
         p = q + sep_len
-        shift += sep_len
     # drop what an incomplete last packet appended
-    del ends[2 * (sum(counts) + len(counts)) :]
-    return end, ends, counts
+    del sizes[2 * (sum(counts) + len(counts)) :]
+    return end, sizes, counts
 
 
 def packet_offsets(ends: array[int], counts: array[int], back: int = 1) -> list[int]:
