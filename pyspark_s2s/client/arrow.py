@@ -36,6 +36,7 @@ import logging
 import sys
 from array import array
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -146,16 +147,64 @@ def _arr(values: array, type_: pa.DataType) -> pa.Array:
     return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
 
 
+@lru_cache(maxsize=8)
+def _interleaving(m: int) -> tuple[pa.Array, pa.Array]:
+    """For ``m`` fields: the index that takes ``concat(starts, ends)`` into ``[s0, e0, s1, e1,
+    ...]`` and the even positions ``0, 2, ..., 2m - 2`` (batches of one size share them)."""
+    i = pa.arange(0, 2 * m)
+    return _k("add", _k("shift_right", i, 1), _k("multiply", _k("bit_wise_and", i, 1), m)), pa.arange(0, 2 * m, 2)
+
+
 def _fields(starts: pa.Array, ends: pa.Array, buf: pa.Buffer) -> pa.Array:
     """large_binary array of ``buf[starts[i]:ends[i]]`` (fields in increasing buffer order)."""
     m = len(starts)
     if m == 0:
         return pa.array([], pa.large_binary())
-    i = pa.arange(0, 2 * m)
-    idx = _k("add", _k("shift_right", i, 1), _k("multiply", _k("bit_wise_and", i, 1), m))
-    bounds = _k("take", pa.concat_arrays([starts, ends]), idx)
+    interleave, even = _interleaving(m)
+    bounds = _k("take", pa.concat_arrays([starts, ends]), interleave)
     seg = pa.Array.from_buffers(pa.large_binary(), 2 * m - 1, [None, bounds.buffers()[1], buf])
-    return _k("take", seg, pa.arange(0, 2 * m, 2))
+    return _k("take", seg, even)
+
+
+class _Positions:
+    """Where each packet's fields are among the ends of its batch, from the attribute counts.
+    Packet ``p``'s ends start at ``2 * (A_p + p)`` (``A_p`` its first attribute): the end of its
+    count, then of each key and value, then of its content."""
+
+    def __init__(self, cnt: pa.Array) -> None:
+        n = len(cnt)
+        attr_off = pa.concat_arrays([pa.array([0], pa.int64()), _k("cumulative_sum", cnt)])
+        #: attribute offsets of the map column
+        self.offsets = _cast(attr_off, pa.int32())
+        self.attributes: int = attr_off[-1].as_py()
+        #: index in the ends of each content's end
+        self.content = _k("add", _k("multiply", _k("add", attr_off.slice(1), pa.arange(0, n)), 2), 1)
+        self.before_content = _k("subtract", self.content, 1)
+        m = self.attributes
+        if m:
+            parent = _k("list_parent_indices", pa.ListArray.from_arrays(self.offsets, pa.nulls(m, pa.int8())))
+            key = _k("add", _k("multiply", _k("add", pa.arange(0, m), parent), 2), 1)
+            interleave, _ = _interleaving(m)
+            # ends to take for [start, end] of every key, then of every value: a key starts 4
+            # bytes after the end before it, its value 4 bytes after the key's end
+            self.key_bounds = _k("take", pa.concat_arrays([_k("subtract", key, 1), key]), interleave)
+            self.value_bounds = _k("add", self.key_bounds, 1)
+            self.length_prefix = _arr(array("q", [4, 0]) * m, pa.int64())
+
+
+@lru_cache(maxsize=8)
+def _same_count_positions(n: int, count: int) -> _Positions:
+    """:class:`_Positions` of ``n`` packets of ``count`` attributes each (the usual batch: its
+    index arrays are the same from batch to batch)."""
+    return _Positions(_arr(array("q", [count]) * n, pa.int64()))
+
+
+def _between(e: pa.Array, bounds: pa.Array, prefix: pa.Array, buf: pa.Buffer) -> pa.Array:
+    """large_binary array of the fields whose [start, end] are ``e[bounds] + prefix``, in pairs."""
+    m = len(bounds) // 2
+    offsets = _k("add", _k("take", e, bounds), prefix)
+    seg = pa.Array.from_buffers(pa.large_binary(), 2 * m - 1, [None, offsets.buffers()[1], buf])
+    return _k("take", seg, _interleaving(m)[1])
 
 
 def ends_to_record_batch(data: bytes | bytearray, ends: array, counts: array) -> pa.RecordBatch:
@@ -179,14 +228,12 @@ def sizes_to_record_batch(data: bytes | bytearray, sizes: array, counts: array) 
 def _record_batch(data: bytes | bytearray, e: pa.Array, counts: array) -> pa.RecordBatch:
     n = len(counts)
     buf = pa.py_buffer(data)
-    cnt = _arr(counts, pa.int64())
-    attr_off = pa.concat_arrays([pa.array([0], pa.int64()), _k("cumulative_sum", cnt)])
-    n_attr = attr_off[-1].as_py()
-    offsets32 = _cast(attr_off, pa.int32())
-    packet_no = pa.arange(0, n)
-    cidx = _k("add", _k("multiply", _k("add", attr_off.slice(1), packet_no), 2), 1)
-    c_end = _k("take", e, cidx)
-    c_start = _k("add", _k("take", e, _k("subtract", cidx, 1)), 8)
+    if n and counts.count(counts[0]) == n:
+        pos = _same_count_positions(n, counts[0])
+    else:
+        pos = _Positions(_arr(counts, pa.int64()))
+    c_end = _k("take", e, pos.content)
+    c_start = _k("add", _k("take", e, pos.before_content), 8)
     if n and _k("min", _k("subtract", c_end, c_start)).as_py() < 0:
         raise ProtocolError("negative content length in the packet stream")
     if n == 1 and c_end[0].as_py() < _MAX_INT32:
@@ -196,17 +243,13 @@ def _record_batch(data: bytes | bytearray, e: pa.Array, counts: array) -> pa.Rec
         content = pa.Array.from_buffers(pa.binary(), 1, [None, bounds.buffers()[1], buf])
     else:
         content = _cast(_fields(c_start, c_end, buf), pa.binary())
-    if n_attr:
-        parent = _k("list_parent_indices", pa.ListArray.from_arrays(offsets32, pa.nulls(n_attr, pa.int8())))
-        kidx = _k("add", _k("multiply", _k("add", pa.arange(0, n_attr), parent), 2), 1)
-        vidx = _k("add", kidx, 1)
-        k_end = _k("take", e, kidx)
-        keys = _strings(_fields(_k("add", _k("take", e, _k("subtract", kidx, 1)), 4), k_end, buf))
-        values = _strings(_fields(_k("add", k_end, 4), _k("take", e, vidx), buf))
+    if pos.attributes:
+        keys = _strings(_between(e, pos.key_bounds, pos.length_prefix, buf))
+        values = _strings(_between(e, pos.value_bounds, pos.length_prefix, buf))
     else:
         keys = pa.array([], pa.string())
         values = pa.array([], pa.string())
-    attributes = pa.MapArray.from_arrays(offsets32, keys, values)
+    attributes = pa.MapArray.from_arrays(pos.offsets, keys, values)
     return pa.RecordBatch.from_arrays([content, attributes], schema=ARROW_SCHEMA)
 
 

@@ -628,13 +628,13 @@ def _header_struct(sizes: bytes) -> tuple[Callable[[bytes | bytearray, int], tup
     """For a packet whose fields (after its attribute count) have the sizes ``sizes`` (an
     ``array('q')``'s bytes): ``unpack_from`` reading its count, every key and value length and
     its content length in one call; the tuple that call returns for a packet of the same shape
-    (without the content length); the field sizes up to the content (count included); and the
+    (without the content length); the packet's field sizes with 0 for the content's; and the
     header's size up to the content."""
     fields = array("q")
     fields.frombytes(sizes)
     lengths = [n - 4 for n in fields]
     fmt = ">i" + "".join(f"I{n}x" if n else "I" for n in lengths) + "q"
-    return (struct.Struct(fmt).unpack_from, (len(lengths) // 2, *lengths), array("q", [4, *fields]),
+    return (struct.Struct(fmt).unpack_from, (len(lengths) // 2, *lengths), array("q", [4, *fields, 0]),
             4 + sum(fields) + 8)
 
 
@@ -662,7 +662,6 @@ def scan_deltas(
     sizes = array("q")
     counts = array("q")
     app = sizes.append
-    ext = sizes.extend
     capp = counts.append
     i32 = _I32.unpack_from
     u32 = _U32.unpack_from
@@ -674,45 +673,60 @@ def scan_deltas(
     size = len(buf)
     stop = size - 12  # a packet takes at least 12 bytes
     p = end = start
+    left = max_packets
     unpack: Callable[[bytes | bytearray, int], tuple[int, ...]] | None = None
     shape: tuple[int, ...] = ()  # the attribute count and lengths unpack reads for its shape
-    head = array("q")
+    template = array("q")
     hdr = 0
     previous = None  # field sizes of the last packet read field by field
     try:
         cnt = i32(buf, p)[0]
     except struct.error:
         return end, sizes, counts
-    for _ in range(max_packets):
-        if p > stop:
-            break
+    while left > 0 and p <= stop:
         if unpack is not None:
-            try:
-                vals = unpack(buf, p)
-            except struct.error:  # not complete yet, or another shape: read field by field
-                vals = ()
-            if vals[:-1] == shape:
+            # a run of packets of the shape of the last two: one unpack each; their sizes are
+            # the shape's, but for each content's (8 + its length), set in at the run's end
+            contents = array("q")
+            cont = contents.append
+            done = False
+            while left:
+                try:
+                    vals = unpack(buf, p)
+                except struct.error:  # not complete yet: read field by field (which stops)
+                    break
+                if vals[:-1] != shape:
+                    break
                 cl = vals[-1]
                 if cl < 0:
-                    raise ProtocolError(f"packet {len(counts) + 1}: negative content length {cl}")
+                    raise ProtocolError(f"packet {len(counts) + len(contents) + 1}: negative content length {cl}")
                 q = p + hdr + cl
                 if cl > max_content or q > size:
+                    done = True
                     break
-                ext(head)
-                app(8 + cl)
-                capp(vals[0])
+                cont(8 + cl)
+                left -= 1
                 end = q
                 if sep_len:
                     try:
                         code, cnt = between(buf, q)
                     except struct.error:
+                        done = True
                         break
                     if code != separator:
+                        done = True
                         break
                     p = q + sep_len
                 else:
                     p = q
-                continue
+            m = len(contents)
+            if m:
+                block = template * m
+                block[len(template) - 1 :: len(template)] = contents
+                sizes += block
+                counts += array("q", shape[:1]) * m
+            if done or not left or p > stop:
+                break
             unpack = None
             cnt = i32(buf, p)[0]  # p <= stop: the 4 bytes are there
         if not 0 <= cnt <= max_attributes:
@@ -741,10 +755,11 @@ def scan_deltas(
             break  # content not complete yet
         app(8 + cl)
         capp(cnt)
+        left -= 1
         end = q
         fields = sizes[len(sizes) - 2 * cnt - 1 : -1].tobytes()
         if fields == previous and cnt <= 256:
-            unpack, shape, head, hdr = _header_struct(fields)
+            unpack, shape, template, hdr = _header_struct(fields)
         previous = fields
         try:
             code, cnt = between(buf, q)
