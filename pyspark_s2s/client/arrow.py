@@ -147,12 +147,22 @@ def _arr(values: array, type_: pa.DataType) -> pa.Array:
     return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
 
 
-@lru_cache(maxsize=8)
+#: index arrays are kept for batches of up to this many fields of a kind (a few MiB at most)
+_KEEP_INDEX = 1 << 18
+
+
 def _interleaving(m: int) -> tuple[pa.Array, pa.Array]:
     """For ``m`` fields: the index that takes ``concat(starts, ends)`` into ``[s0, e0, s1, e1,
     ...]`` and the even positions ``0, 2, ..., 2m - 2`` (batches of one size share them)."""
+    return _kept_interleaving(m) if m <= _KEEP_INDEX else _make_interleaving(m)
+
+
+def _make_interleaving(m: int) -> tuple[pa.Array, pa.Array]:
     i = pa.arange(0, 2 * m)
     return _k("add", _k("shift_right", i, 1), _k("multiply", _k("bit_wise_and", i, 1), m)), pa.arange(0, 2 * m, 2)
+
+
+_kept_interleaving = lru_cache(maxsize=8)(_make_interleaving)
 
 
 def _fields(starts: pa.Array, ends: pa.Array, buf: pa.Buffer) -> pa.Array:
@@ -228,7 +238,7 @@ def sizes_to_record_batch(data: bytes | bytearray, sizes: array, counts: array) 
 def _record_batch(data: bytes | bytearray, e: pa.Array, counts: array) -> pa.RecordBatch:
     n = len(counts)
     buf = pa.py_buffer(data)
-    if n and counts.count(counts[0]) == n:
+    if n and counts.count(counts[0]) == n and n * (counts[0] + 1) <= _KEEP_INDEX:
         pos = _same_count_positions(n, counts[0])
     else:
         pos = _Positions(_arr(counts, pa.int64()))

@@ -80,6 +80,15 @@ def test_batches_of_same_shape_packets_equal_the_decoder(packets, step, scan_blo
     test_batches_equal_the_decoder.hypothesis.inner_test(packets, step, False, scan_block)
 
 
+def test_batches_past_the_kept_index_size_equal_the_decoder(monkeypatch):
+    # index arrays are reused only for batches up to _KEEP_INDEX fields; larger ones compute theirs
+    monkeypatch.setattr(arrow_mod, "_KEEP_INDEX", 5)
+    packets = [({"uuid": str(i).zfill(36), "f": "x" * (i % 3)}, b"c" * i) for i in range(40)]
+    wire = b"".join(encode_packet(a, c) for a, c in packets)
+    for max_rows in (1, 2, 40):
+        assert rows(drain(reader_over(wire, 1000), max_rows)) == packets
+
+
 def test_receiving_into_arrow_leaves_pyarrow_compute_unimported():
     # a fresh process that only receives does not pay for pyarrow.compute's Python wrappers
     code = (
