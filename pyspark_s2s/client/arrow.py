@@ -84,6 +84,9 @@ ARROW_SCHEMA = pa.schema(
 )
 
 _MAX_INT32 = (1 << 31) - 1
+_LARGE = pa.large_binary()
+#: batches of up to this many bytes are indexed with int32 offsets (binary arrays, not large_binary)
+_NARROW = _MAX_INT32
 #: headers are scanned once this many new bytes arrived (fewer, larger scans; still pipelined)
 _SCAN_BLOCK = 512 << 10
 
@@ -112,7 +115,7 @@ def _segments(bounds: list[int], data: pa.Buffer) -> pa.Array:
 
 def _strings(arr: pa.Array) -> pa.Array:
     try:
-        return _cast(_cast(arr, pa.large_string()), pa.string())
+        return _cast(arr, pa.string())
     except pa.ArrowInvalid:
         # Java decodes malformed UTF-8 with replacement characters; so do we (slow path)
         return pa.array([b.decode("utf-8", "replace") for b in arr.to_pylist()], pa.string())
@@ -165,14 +168,15 @@ def _make_interleaving(m: int) -> tuple[pa.Array, pa.Array]:
 _kept_interleaving = lru_cache(maxsize=8)(_make_interleaving)
 
 
-def _fields(starts: pa.Array, ends: pa.Array, buf: pa.Buffer) -> pa.Array:
-    """large_binary array of ``buf[starts[i]:ends[i]]`` (fields in increasing buffer order)."""
+def _fields(starts: pa.Array, ends: pa.Array, buf: pa.Buffer, type_: pa.DataType = _LARGE) -> pa.Array:
+    """Array of ``type_`` (binary: int32 ``starts``/``ends``; large_binary: int64) of
+    ``buf[starts[i]:ends[i]]`` (fields in increasing buffer order)."""
     m = len(starts)
     if m == 0:
-        return pa.array([], pa.large_binary())
+        return pa.array([], type_)
     interleave, even = _interleaving(m)
     bounds = _k("take", pa.concat_arrays([starts, ends]), interleave)
-    seg = pa.Array.from_buffers(pa.large_binary(), 2 * m - 1, [None, bounds.buffers()[1], buf])
+    seg = pa.Array.from_buffers(type_, 2 * m - 1, [None, bounds.buffers()[1], buf])
     return _k("take", seg, even)
 
 
@@ -199,7 +203,7 @@ class _Positions:
             # bytes after the end before it, its value 4 bytes after the key's end
             self.key_bounds = _k("take", pa.concat_arrays([_k("subtract", key, 1), key]), interleave)
             self.value_bounds = _k("add", self.key_bounds, 1)
-            self.length_prefix = _arr(array("q", [4, 0]) * m, pa.int64())
+            self.length_prefix = _arr(array("i", [4, 0]) * m, pa.int32())
 
 
 @lru_cache(maxsize=8)
@@ -209,11 +213,11 @@ def _same_count_positions(n: int, count: int) -> _Positions:
     return _Positions(_arr(array("q", [count]) * n, pa.int64()))
 
 
-def _between(e: pa.Array, bounds: pa.Array, prefix: pa.Array, buf: pa.Buffer) -> pa.Array:
-    """large_binary array of the fields whose [start, end] are ``e[bounds] + prefix``, in pairs."""
+def _between(e: pa.Array, bounds: pa.Array, prefix: pa.Array, buf: pa.Buffer, type_: pa.DataType) -> pa.Array:
+    """Array of ``type_`` of the fields whose [start, end] are ``e[bounds] + prefix``, in pairs."""
     m = len(bounds) // 2
     offsets = _k("add", _k("take", e, bounds), prefix)
-    seg = pa.Array.from_buffers(pa.large_binary(), 2 * m - 1, [None, offsets.buffers()[1], buf])
+    seg = pa.Array.from_buffers(type_, 2 * m - 1, [None, offsets.buffers()[1], buf])
     return _k("take", seg, _interleaving(m)[1])
 
 
@@ -242,8 +246,14 @@ def _record_batch(data: bytes | bytearray, e: pa.Array, counts: array) -> pa.Rec
         pos = _same_count_positions(n, counts[0])
     else:
         pos = _Positions(_arr(counts, pa.int64()))
+    if len(data) <= _NARROW:
+        # offsets fit in int32: binary arrays straight from the takes (no cast of the fields)
+        e = _cast(e, pa.int32())
+        type_, eight = pa.binary(), pa.scalar(8, pa.int32())
+    else:
+        type_, eight = _LARGE, pa.scalar(8, pa.int64())
     c_end = _k("take", e, pos.content)
-    c_start = _k("add", _k("take", e, pos.before_content), 8)
+    c_start = _k("add", _k("take", e, pos.before_content), eight)
     if n and _k("min", _k("subtract", c_end, c_start)).as_py() < 0:
         raise ProtocolError("negative content length in the packet stream")
     if n == 1 and c_end[0].as_py() < _MAX_INT32:
@@ -252,10 +262,12 @@ def _record_batch(data: bytes | bytearray, e: pa.Array, counts: array) -> pa.Rec
         bounds = pa.array([c_start[0].as_py(), c_end[0].as_py()], pa.int32())
         content = pa.Array.from_buffers(pa.binary(), 1, [None, bounds.buffers()[1], buf])
     else:
-        content = _cast(_fields(c_start, c_end, buf), pa.binary())
+        content = _fields(c_start, c_end, buf, type_)
+        if type_ is _LARGE:
+            content = _cast(content, pa.binary())
     if pos.attributes:
-        keys = _strings(_between(e, pos.key_bounds, pos.length_prefix, buf))
-        values = _strings(_between(e, pos.value_bounds, pos.length_prefix, buf))
+        keys = _strings(_between(e, pos.key_bounds, pos.length_prefix, buf, type_))
+        values = _strings(_between(e, pos.value_bounds, pos.length_prefix, buf, type_))
     else:
         keys = pa.array([], pa.string())
         values = pa.array([], pa.string())

@@ -80,9 +80,12 @@ def test_batches_of_same_shape_packets_equal_the_decoder(packets, step, scan_blo
     test_batches_equal_the_decoder.hypothesis.inner_test(packets, step, False, scan_block)
 
 
-def test_batches_past_the_kept_index_size_equal_the_decoder(monkeypatch):
-    # index arrays are reused only for batches up to _KEEP_INDEX fields; larger ones compute theirs
+@pytest.mark.parametrize("narrow", [1 << 31, 10])
+def test_batches_past_the_kept_index_size_equal_the_decoder(monkeypatch, narrow):
+    # index arrays are reused only for batches up to _KEEP_INDEX fields; larger ones compute theirs;
+    # batches over _NARROW bytes (2 GiB) are indexed with int64 offsets
     monkeypatch.setattr(arrow_mod, "_KEEP_INDEX", 5)
+    monkeypatch.setattr(arrow_mod, "_NARROW", narrow)
     packets = [({"uuid": str(i).zfill(36), "f": "x" * (i % 3)}, b"c" * i) for i in range(40)]
     wire = b"".join(encode_packet(a, c) for a, c in packets)
     for max_rows in (1, 2, 40):
