@@ -613,13 +613,9 @@ def scan_ends(
     ``i`` recorded ``i * len(separator)`` bytes further to the front than it lies in ``buf``),
     while the returned offset is where the last packet ends in ``buf``.
 
-    The scan itself is :func:`scan_deltas`; this sums its field sizes into offsets.
+    Reads packets as :func:`scan_deltas` describes (a run of one shape a packet per unpack).
     """
-    end, sizes, counts = scan_deltas(buf, max_packets, max_attributes, start, max_content=max_content,
-                                     max_header=max_header, separator=separator)
-    offsets = accumulate(sizes, initial=start)
-    next(offsets)
-    return end, array("q", offsets), counts
+    return _scan(buf, max_packets, max_attributes, start, max_content, max_header, separator, True)
 
 
 @lru_cache(maxsize=32)
@@ -657,8 +653,16 @@ def scan_deltas(
     FlowFiles of one flow, whose values differ but mostly not in length), each following packet
     is read with one ``unpack_from`` of that shape, which also checks the shape (every length it
     reads must equal the previous packet's, so each is read where the field-by-field loop would
-    read it); a packet of another shape is read field by field.
+    read it); a packet of another shape is read field by field. After a change of shape the
+    next 15 packets are read field by field without comparing their shapes (so a stream whose
+    lengths keep changing pays for one comparison in 16 packets).
     """
+    return _scan(buf, max_packets, max_attributes, start, max_content, max_header, separator, False)
+
+
+def _scan(buf: bytes | bytearray, max_packets: int, max_attributes: int, start: int, max_content: int,
+          max_header: int, separator: bytes, absolute: bool) -> tuple[int, array[int], array[int]]:
+    """:func:`scan_ends` (``absolute``: each field's end) or :func:`scan_deltas` (its size)."""
     sizes = array("q")
     counts = array("q")
     app = sizes.append
@@ -673,12 +677,14 @@ def scan_deltas(
     size = len(buf)
     stop = size - 12  # a packet takes at least 12 bytes
     p = end = start
+    shift = 0  # separator bytes skipped so far (0 without one)
     left = max_packets
     unpack: Callable[[bytes | bytearray, int], tuple[int, ...]] | None = None
     shape: tuple[int, ...] = ()  # the attribute count and lengths unpack reads for its shape
     template = array("q")
     hdr = 0
-    previous = None  # field sizes of the last packet read field by field
+    previous = None  # field sizes of the last packet read field by field whose shape was taken
+    skip = 0  # packets read field by field without taking their shape (shapes vary)
     try:
         cnt = i32(buf, p)[0]
     except struct.error:
@@ -690,6 +696,7 @@ def scan_deltas(
             contents = array("q")
             cont = contents.append
             done = False
+            base = p - shift  # where the run starts in the packets put back to back
             while left:
                 try:
                     vals = unpack(buf, p)
@@ -717,12 +724,17 @@ def scan_deltas(
                         done = True
                         break
                     p = q + sep_len
+                    shift += sep_len
                 else:
                     p = q
             m = len(contents)
             if m:
                 block = template * m
                 block[len(template) - 1 :: len(template)] = contents
+                if absolute:
+                    ends = accumulate(block, initial=base)
+                    next(ends)
+                    block = array("q", ends)
                 sizes += block
                 counts += array("q", shape[:1]) * m
             if done or not left or p > stop:
@@ -735,14 +747,22 @@ def scan_deltas(
             )
         try:
             q = p + 4
-            app(4)
-            for _ in range(cnt):
-                n = 4 + u32(buf, q)[0]
-                q += n
-                app(n)
-                n = 4 + u32(buf, q)[0]
-                q += n
-                app(n)
+            if absolute:
+                app(q - shift)
+                for _ in range(cnt):
+                    q += 4 + u32(buf, q)[0]
+                    app(q - shift)
+                    q += 4 + u32(buf, q)[0]
+                    app(q - shift)
+            else:
+                app(4)
+                for _ in range(cnt):
+                    n = 4 + u32(buf, q)[0]
+                    q += n
+                    app(n)
+                    n = 4 + u32(buf, q)[0]
+                    q += n
+                    app(n)
             cl = i64(buf, q)[0]
         except struct.error:  # the packet is not complete yet
             break
@@ -753,14 +773,23 @@ def scan_deltas(
         q += 8 + cl
         if q > size:
             break  # content not complete yet
-        app(8 + cl)
+        app(q - shift if absolute else 8 + cl)
         capp(cnt)
         left -= 1
         end = q
-        fields = sizes[len(sizes) - 2 * cnt - 1 : -1].tobytes()
-        if fields == previous and cnt <= 256:
-            unpack, shape, template, hdr = _header_struct(fields)
-        previous = fields
+        if skip:
+            skip -= 1
+        else:
+            if absolute:  # the sizes from the ends (after the count to the last value)
+                at = sizes[len(sizes) - 2 * cnt - 2 : -1]
+                fields = array("q", map(sub, at[1:], at[:-1])).tobytes()
+            else:
+                fields = sizes[len(sizes) - 2 * cnt - 1 : -1].tobytes()
+            if fields == previous and cnt <= 256:
+                unpack, shape, template, hdr = _header_struct(fields)
+            elif previous is not None:
+                skip = 15  # another shape: compare again 16 packets on (varying shapes cost little)
+            previous = fields
         try:
             code, cnt = between(buf, q)
         except struct.error:  # no (whole) next packet head yet
@@ -768,6 +797,7 @@ def scan_deltas(
         if code != separator:
             break
         p = q + sep_len
+        shift += sep_len
     # drop what an incomplete last packet appended
     del sizes[2 * (sum(counts) + len(counts)) :]
     return end, sizes, counts
