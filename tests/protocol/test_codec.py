@@ -310,7 +310,7 @@ def _ends_field_by_field(buf: bytes, max_packets: int, max_attributes: int = 250
 # sends the FlowFiles of one flow: the scanner reads runs of one shape with one unpack per packet
 _SHAPES = [{"uuid": 36, "filename": 15, "path": 2}, {"uuid": 36, "filename": 16, "path": 2}, {"a": 0}, {}]
 shaped = st.lists(  # runs: (shape, packets in the run, characters, first content length)
-    st.tuples(st.sampled_from(range(len(_SHAPES))), st.integers(1, 8), st.integers(0, 0x10FFF), st.integers(0, 40)),
+    st.tuples(st.sampled_from(range(len(_SHAPES))), st.integers(1, 40), st.integers(0, 0x10FFF), st.integers(0, 40)),
     max_size=6,
 )
 
