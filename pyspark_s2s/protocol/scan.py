@@ -149,7 +149,28 @@ def _scan(buf: bytes | bytearray, max_packets: int, max_attributes: int, start: 
             cont = contents.append
             done = False
             base = p - shift  # where the run starts in the packets put back to back
-            while left:
+            if not sep_len:  # HTTP bodies: packets back to back, the tightest loop
+                for _ in range(left):
+                    try:
+                        vals = unpack(buf, p)
+                    except struct.error:  # not complete yet: read field by field (which stops)
+                        break
+                    if vals[:-1] != shape:
+                        break
+                    cl = vals[-1]
+                    q = p + hdr + cl
+                    if not 0 <= cl <= max_content or q > size:
+                        if cl < 0:
+                            raise ProtocolError(
+                                f"packet {len(counts) + len(contents) + 1}: negative content length {cl}"
+                            )
+                        done = True
+                        break
+                    cont(8 + cl)
+                    p = q
+                left -= len(contents)
+                end = p  # the end of the last packet taken (p has not moved if none was)
+            while sep_len and left:  # RAW: the separator after each packet
                 try:
                     vals = unpack(buf, p)
                 except struct.error:  # not complete yet: read field by field (which stops)
@@ -166,19 +187,16 @@ def _scan(buf: bytes | bytearray, max_packets: int, max_attributes: int, start: 
                 cont(8 + cl)
                 left -= 1
                 end = q
-                if sep_len:
-                    try:
-                        code, cnt = between(buf, q)
-                    except struct.error:
-                        done = True
-                        break
-                    if code != separator:
-                        done = True
-                        break
-                    p = q + sep_len
-                    shift += sep_len
-                else:
-                    p = q
+                try:
+                    code, cnt = between(buf, q)
+                except struct.error:
+                    done = True
+                    break
+                if code != separator:
+                    done = True
+                    break
+                p = q + sep_len
+                shift += sep_len
             m = len(contents)
             if m:
                 block = template * m
