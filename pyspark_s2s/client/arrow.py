@@ -2,18 +2,23 @@
 straight into NiFi packets for an upload.
 
 Owns: :data:`ARROW_SCHEMA` (``content binary, attributes map<string,string>``);
-:func:`ends_to_record_batch`, which derives every start/end with Arrow
-compute, lays binary arrays over the received buffer and ``take``-s keys, values and contents in
-C++ (no Python object per FlowFile); and :class:`BatchReader`, which reads a body in blocks of
+:func:`ends_to_record_batch` / :func:`sizes_to_record_batch`, which derive every start/end with
+Arrow kernels, lay binary arrays over the received buffer and ``take`` keys, values and contents
+in C++ (no Python object per FlowFile); and :class:`BatchReader`, which reads a body in blocks of
 about one batch, undoes compression (core ``FrameReader``) and keeps the transaction CRC.
 
-The packets are indexed by the core's bulk reader :func:`~pyspark_s2s.protocol.codec.scan_ends`
-(re-exported here; the reference server's upload uses the same one); a property test keeps it in
-agreement with the per-packet decoder on any input (same packets or both a
-:class:`~pyspark_s2s.errors.ProtocolError`).
+The packets are indexed by the core's bulk reader :func:`~pyspark_s2s.protocol.codec.scan_deltas`
+(the field sizes; ``scan_ends``, re-exported here, sums them; the reference server's upload uses
+the same reader); a property test keeps it in agreement with the per-packet decoder on any input
+(same packets or both a :class:`~pyspark_s2s.errors.ProtocolError`).
 
 Must not import: the server, the Spark layer. ``pyarrow`` is imported here only (lazily by
-the transaction), so the rest of the client works without it.
+the transaction), so the rest of the client works without it. The receive side calls Arrow's
+kernels through ``call_function`` of ``pyarrow._compute`` (the extension module behind
+``pyarrow.compute``): importing ``pyarrow.compute`` itself builds a Python wrapper and docstring
+for each of its hundreds of functions, about as long again as importing ``pyarrow``, which a fresh
+process that only receives would pay at its first batch. The send side, the older
+:func:`scan_to_record_batch` and the null-map path import ``pyarrow.compute`` when first used.
 
 Differences from the per-packet decoder: attribute maps keep duplicate keys if a sender wrote
 any (NiFi senders never do: their attributes come from a map); invalid UTF-8 is replaced by
@@ -31,15 +36,28 @@ import logging
 import sys
 from array import array
 from collections.abc import Callable, Sequence
-from typing import Any
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
+
+try:  # Arrow's kernels without building pyarrow.compute's Python wrappers (see the module doc)
+    from pyarrow._compute import CastOptions, call_function
+except ImportError:  # pragma: no cover - a pyarrow that moved them: the public module has both
+    from pyarrow.compute import CastOptions, call_function
 
 from pyspark_s2s.errors import ProtocolError
 from pyspark_s2s.protocol._crc import crc32
-from pyspark_s2s.protocol.codec import MAX_ATTRIBUTES, PacketScan, scan_ends
+from pyspark_s2s.protocol.codec import (
+    MAX_ATTRIBUTES,
+    PacketScan,
+    scan_deltas,
+    scan_ends,
+)
 from pyspark_s2s.protocol.compression import FrameReader
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 __all__ = [
     "ARROW_SCHEMA",
@@ -52,6 +70,7 @@ __all__ = [
     "packets_to_record_batch",
     "scan_ends",
     "scan_to_record_batch",
+    "sizes_to_record_batch",
 ]
 
 logger = logging.getLogger(__name__)
@@ -65,8 +84,27 @@ ARROW_SCHEMA = pa.schema(
 )
 
 _MAX_INT32 = (1 << 31) - 1
+_LARGE = pa.large_binary()
+#: batches of up to this many bytes are indexed with int32 offsets (binary arrays, not large_binary)
+_NARROW = _MAX_INT32
 #: headers are scanned once this many new bytes arrived (fewer, larger scans; still pipelined)
 _SCAN_BLOCK = 512 << 10
+
+
+def _pc() -> ModuleType:
+    """``pyarrow.compute``, imported when a path that needs its Python functions first runs."""
+    import pyarrow.compute as pc
+
+    return pc
+
+
+def _k(name: str, *args: Any) -> Any:
+    """Arrow kernel ``name`` over ``args`` (arrays and Python scalars)."""
+    return call_function(name, args)
+
+
+def _cast(arr: pa.Array, type_: pa.DataType) -> pa.Array:
+    return call_function("cast", [arr], CastOptions(type_))
 
 
 def _segments(bounds: list[int], data: pa.Buffer) -> pa.Array:
@@ -77,7 +115,7 @@ def _segments(bounds: list[int], data: pa.Buffer) -> pa.Array:
 
 def _strings(arr: pa.Array) -> pa.Array:
     try:
-        return arr.cast(pa.large_string()).cast(pa.string())
+        return _cast(arr, pa.string())
     except pa.ArrowInvalid:
         # Java decodes malformed UTF-8 with replacement characters; so do we (slow path)
         return pa.array([b.decode("utf-8", "replace") for b in arr.to_pylist()], pa.string())
@@ -87,8 +125,9 @@ def scan_to_record_batch(data: bytes, scan: PacketScan) -> pa.RecordBatch:
     """Build the record batch for the packets the core's ``scan_packets`` found in ``data``.
 
     Kept for callers of the core scanner (e.g. the benchmark); the reader uses the leaner
-    :func:`scan_ends` + :func:`ends_to_record_batch`.
+    :func:`scan_deltas` + :func:`sizes_to_record_batch`.
     """
+    pc = _pc()
     n = scan.count
     buf = pa.py_buffer(data)
     n_attrs = len(scan.attr_bounds) // 4
@@ -111,36 +150,111 @@ def _arr(values: array, type_: pa.DataType) -> pa.Array:
     return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
 
 
-def _fields(starts: pa.Array, ends: pa.Array, buf: pa.Buffer) -> pa.Array:
-    """large_binary array of ``buf[starts[i]:ends[i]]`` (fields in increasing buffer order)."""
+#: index arrays are kept for batches of up to this many fields of a kind (a few MiB at most)
+_KEEP_INDEX = 1 << 18
+
+
+def _interleaving(m: int) -> tuple[pa.Array, pa.Array]:
+    """For ``m`` fields: the index that takes ``concat(starts, ends)`` into ``[s0, e0, s1, e1,
+    ...]`` and the even positions ``0, 2, ..., 2m - 2`` (batches of one size share them)."""
+    return _kept_interleaving(m) if m <= _KEEP_INDEX else _make_interleaving(m)
+
+
+def _make_interleaving(m: int) -> tuple[pa.Array, pa.Array]:
+    i = pa.arange(0, 2 * m)
+    return _k("add", _k("shift_right", i, 1), _k("multiply", _k("bit_wise_and", i, 1), m)), pa.arange(0, 2 * m, 2)
+
+
+_kept_interleaving = lru_cache(maxsize=8)(_make_interleaving)
+
+
+def _fields(starts: pa.Array, ends: pa.Array, buf: pa.Buffer, type_: pa.DataType = _LARGE) -> pa.Array:
+    """Array of ``type_`` (binary: int32 ``starts``/``ends``; large_binary: int64) of
+    ``buf[starts[i]:ends[i]]`` (fields in increasing buffer order)."""
     m = len(starts)
     if m == 0:
-        return pa.array([], pa.large_binary())
-    i = pa.arange(0, 2 * m)
-    idx = pc.add(pc.shift_right(i, 1), pc.multiply(pc.bit_wise_and(i, 1), m))
-    bounds = pc.take(pa.concat_arrays([starts, ends]), idx)
-    seg = pa.Array.from_buffers(pa.large_binary(), 2 * m - 1, [None, bounds.buffers()[1], buf])
-    return pc.take(seg, pc.multiply(pa.arange(0, m), 2))
+        return pa.array([], type_)
+    interleave, even = _interleaving(m)
+    bounds = _k("take", pa.concat_arrays([starts, ends]), interleave)
+    seg = pa.Array.from_buffers(type_, 2 * m - 1, [None, bounds.buffers()[1], buf])
+    return _k("take", seg, even)
+
+
+class _Positions:
+    """Where each packet's fields are among the ends of its batch, from the attribute counts.
+    Packet ``p``'s ends start at ``2 * (A_p + p)`` (``A_p`` its first attribute): the end of its
+    count, then of each key and value, then of its content."""
+
+    def __init__(self, cnt: pa.Array) -> None:
+        n = len(cnt)
+        attr_off = pa.concat_arrays([pa.array([0], pa.int64()), _k("cumulative_sum", cnt)])
+        #: attribute offsets of the map column
+        self.offsets = _cast(attr_off, pa.int32())
+        self.attributes: int = attr_off[-1].as_py()
+        #: index in the ends of each content's end
+        self.content = _k("add", _k("multiply", _k("add", attr_off.slice(1), pa.arange(0, n)), 2), 1)
+        self.before_content = _k("subtract", self.content, 1)
+        m = self.attributes
+        if m:
+            parent = _k("list_parent_indices", pa.ListArray.from_arrays(self.offsets, pa.nulls(m, pa.int8())))
+            key = _k("add", _k("multiply", _k("add", pa.arange(0, m), parent), 2), 1)
+            interleave, _ = _interleaving(m)
+            # ends to take for [start, end] of every key, then of every value: a key starts 4
+            # bytes after the end before it, its value 4 bytes after the key's end
+            self.key_bounds = _k("take", pa.concat_arrays([_k("subtract", key, 1), key]), interleave)
+            self.value_bounds = _k("add", self.key_bounds, 1)
+            self.length_prefix = _arr(array("i", [4, 0]) * m, pa.int32())
+
+
+@lru_cache(maxsize=8)
+def _same_count_positions(n: int, count: int) -> _Positions:
+    """:class:`_Positions` of ``n`` packets of ``count`` attributes each (the usual batch: its
+    index arrays are the same from batch to batch)."""
+    return _Positions(_arr(array("q", [count]) * n, pa.int64()))
+
+
+def _between(e: pa.Array, bounds: pa.Array, prefix: pa.Array, buf: pa.Buffer, type_: pa.DataType) -> pa.Array:
+    """Array of ``type_`` of the fields whose [start, end] are ``e[bounds] + prefix``, in pairs."""
+    m = len(bounds) // 2
+    offsets = _k("add", _k("take", e, bounds), prefix)
+    seg = pa.Array.from_buffers(type_, 2 * m - 1, [None, offsets.buffers()[1], buf])
+    return _k("take", seg, _interleaving(m)[1])
 
 
 def ends_to_record_batch(data: bytes | bytearray, ends: array, counts: array) -> pa.RecordBatch:
     """Build the record batch from :func:`scan_ends` output (C++ loops only)."""
-    n = len(counts)
-    buf = pa.py_buffer(data)
     e = _arr(ends, pa.int64())
     if len(e) > 1:
-        diffs = pc.subtract(e.slice(1), e.slice(0, len(e) - 1))
-        if pc.min(diffs).as_py() < 4:
+        diffs = _k("subtract", e.slice(1), e.slice(0, len(e) - 1))
+        if _k("min", diffs).as_py() < 4:
             raise ProtocolError("negative attribute length in the packet stream")
-    cnt = _arr(counts, pa.int64())
-    attr_off = pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(cnt)])
-    n_attr = attr_off[-1].as_py()
-    offsets32 = attr_off.cast(pa.int32())
-    packet_no = pa.arange(0, n)
-    cidx = pc.add(pc.multiply(pc.add(attr_off.slice(1), packet_no), 2), 1)
-    c_end = pc.take(e, cidx)
-    c_start = pc.add(pc.take(e, pc.subtract(cidx, 1)), 8)
-    if n and pc.min(pc.subtract(c_end, c_start)).as_py() < 0:
+    return _record_batch(data, e, counts)
+
+
+def sizes_to_record_batch(data: bytes | bytearray, sizes: array, counts: array) -> pa.RecordBatch:
+    """Build the record batch from :func:`scan_deltas` output from offset 0 (C++ loops only)."""
+    d = _arr(sizes, pa.int64())
+    if len(d) and _k("min", d).as_py() < 4:
+        raise ProtocolError("negative attribute length in the packet stream")
+    return _record_batch(data, _k("cumulative_sum", d), counts)
+
+
+def _record_batch(data: bytes | bytearray, e: pa.Array, counts: array) -> pa.RecordBatch:
+    n = len(counts)
+    buf = pa.py_buffer(data)
+    if n and counts.count(counts[0]) == n and n * (counts[0] + 1) <= _KEEP_INDEX:
+        pos = _same_count_positions(n, counts[0])
+    else:
+        pos = _Positions(_arr(counts, pa.int64()))
+    if len(data) <= _NARROW:
+        # offsets fit in int32: binary arrays straight from the takes (no cast of the fields)
+        e = _cast(e, pa.int32())
+        type_, eight = pa.binary(), pa.scalar(8, pa.int32())
+    else:
+        type_, eight = _LARGE, pa.scalar(8, pa.int64())
+    c_end = _k("take", e, pos.content)
+    c_start = _k("add", _k("take", e, pos.before_content), eight)
+    if n and _k("min", _k("subtract", c_end, c_start)).as_py() < 0:
         raise ProtocolError("negative content length in the packet stream")
     if n == 1 and c_end[0].as_py() < _MAX_INT32:
         # one packet (typically one large FlowFile): its content is one contiguous run of the
@@ -148,17 +262,16 @@ def ends_to_record_batch(data: bytes | bytearray, ends: array, counts: array) ->
         bounds = pa.array([c_start[0].as_py(), c_end[0].as_py()], pa.int32())
         content = pa.Array.from_buffers(pa.binary(), 1, [None, bounds.buffers()[1], buf])
     else:
-        content = _fields(c_start, c_end, buf).cast(pa.binary())
-    if n_attr:
-        parent = pc.list_parent_indices(pa.ListArray.from_arrays(offsets32, pa.nulls(n_attr, pa.int8())))
-        kidx = pc.add(pc.multiply(pc.add(pa.arange(0, n_attr), parent), 2), 1)
-        vidx = pc.add(kidx, 1)
-        keys = _strings(_fields(pc.add(pc.take(e, pc.subtract(kidx, 1)), 4), pc.take(e, kidx), buf))
-        values = _strings(_fields(pc.add(pc.take(e, kidx), 4), pc.take(e, vidx), buf))
+        content = _fields(c_start, c_end, buf, type_)
+        if type_ is _LARGE:
+            content = _cast(content, pa.binary())
+    if pos.attributes:
+        keys = _strings(_between(e, pos.key_bounds, pos.length_prefix, buf, type_))
+        values = _strings(_between(e, pos.value_bounds, pos.length_prefix, buf, type_))
     else:
         keys = pa.array([], pa.string())
         values = pa.array([], pa.string())
-    attributes = pa.MapArray.from_arrays(offsets32, keys, values)
+    attributes = pa.MapArray.from_arrays(pos.offsets, keys, values)
     return pa.RecordBatch.from_arrays([content, attributes], schema=ARROW_SCHEMA)
 
 
@@ -191,7 +304,7 @@ class BatchReader:
         self._crc = 0
         self._max_attributes = max_attributes
         self._scanned = 0  # bytes of _buf holding complete, already scanned packets
-        self._ends = array("q")
+        self._sizes = array("q")
         self._counts = array("q")
         self.last_content_bytes = 0
         self.packets = 0
@@ -230,9 +343,9 @@ class BatchReader:
             rows = len(self._counts)
             unscanned = len(self._buf) - self._scanned
             if rows < max_rows and unscanned and (unscanned >= _SCAN_BLOCK or self._eof):
-                p, ends, counts = scan_ends(self._buf, max_rows - rows, self._max_attributes, self._scanned)
+                p, sizes, counts = scan_deltas(self._buf, max_rows - rows, self._max_attributes, self._scanned)
                 if counts:
-                    self._ends.extend(ends)
+                    self._sizes.extend(sizes)
                     self._counts.extend(counts)
                     self._scanned = p
             if len(self._counts) >= max_rows or self._scanned >= max_bytes or self._eof:
@@ -259,12 +372,12 @@ class BatchReader:
                 data = bytes(view[:consumed])  # one copy, immutable for Arrow
             del buf[:consumed]
             self._crc = crc32(data, self._crc)
-        ends, counts = self._ends, self._counts
-        self._ends, self._counts = array("q"), array("q")
+        sizes, counts = self._sizes, self._counts
+        self._sizes, self._counts = array("q"), array("q")
         self._scanned = 0
-        batch = ends_to_record_batch(data, ends, counts)
+        batch = sizes_to_record_batch(data, sizes, counts)
         contents = batch.column(0)
-        self.last_content_bytes = pc.sum(pc.binary_length(contents)).as_py() or 0
+        self.last_content_bytes = _k("sum", _k("binary_length", contents)).as_py() or 0
         self.packets += len(counts)
         return batch
 
@@ -276,6 +389,7 @@ _BIN = pa.large_binary()
 
 def _be_binary(values: pa.Array, width: int) -> pa.Array:
     """Big-endian ``width``-byte renderings of an integer array, as a binary array (C speed)."""
+    pc = _pc()
     values = values.cast(pa.int32() if width == 4 else pa.int64())
     if values.null_count:
         values = pc.fill_null(values, 0)
@@ -297,6 +411,7 @@ def _pair(key: str, value: str) -> bytes:
 def _user_attributes(attrs: pa.Array) -> tuple[pa.Array, pa.Array]:
     """(encoded pairs of each row as one binary, attribute count per row) of a map column.
     A null map is no attributes; a null value drops its key."""
+    pc = _pc()
     if attrs.null_count:
         offs = attrs.offsets
         lengths = pc.subtract(offs.slice(1), offs.slice(0, len(offs) - 1))
@@ -338,6 +453,7 @@ def encode_packets(content: pa.Array | None, attributes: pa.Array | None, fixed:
     name. Null content is empty content. ``content`` None: only the headers, for content of
     ``lengths`` bytes (int64) that the caller sends itself.
     """
+    pc = _pc()
     body: pa.Array | None = None
     if content is None:
         if lengths is None or with_content:
@@ -381,6 +497,7 @@ class EncodedRows:
     def __init__(self, content: pa.Array | None, attributes: pa.Array | None,
                  fixed: Sequence[tuple[str, str]] = (), counter: str | None = None, first: int = 0, *,
                  pieces: Sequence[Sequence[Any]] | None = None) -> None:
+        pc = _pc()
         self.pieces: list[list[memoryview]] | None = None
         if content is None:
             if pieces is None:
@@ -406,6 +523,7 @@ class EncodedRows:
 
     def select(self, mask: pa.Array) -> EncodedRows:
         """The rows where ``mask`` is true (same order)."""
+        pc = _pc()
         out = object.__new__(EncodedRows)
         out.large = self.large
         out.packets = self.packets.filter(mask)

@@ -15,7 +15,6 @@ setting (its NiFi name). Unknown option names are rejected with the closest know
 
 from __future__ import annotations
 
-import difflib
 import logging
 import math
 import re
@@ -429,6 +428,8 @@ _BY_ATTR: dict[str, Option] = {o.attr: o for o in OPTIONS}
 
 
 def _closest(name: str, names: Iterable[str]) -> str:
+    import difflib  # only for a misspelt option
+
     pool = list(names)
     lowered = {n.lower(): n for n in pool}
     match = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.5)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import logging
 import os
-import secrets
 import socket
 import ssl
 import tempfile
@@ -145,6 +144,8 @@ def build_ssl_context(config: SiteToSiteClientConfig) -> ssl.SSLContext:
 
 def _load_chain(ctx: ssl.SSLContext, key: Any, certs: list[Any]) -> None:
     """``ssl`` loads certificates only from files: write an encrypted temporary PEM (0600)."""
+    import secrets  # only for a client certificate given in memory
+
     from cryptography.hazmat.primitives import serialization
 
     one_time = secrets.token_urlsafe(24)

@@ -1,18 +1,21 @@
 """The FlowFile packet codec (NiFi's ``StandardFlowFileCodec``, version 1) and the running CRC32.
 
 Owns: the byte layout of one data packet (docs/protocol.md §3), the transaction checksum
-(§4), and its two readers: the incremental per-packet decoder (bounded buffers, exact errors)
-and the bulk scanner :func:`scan_ends`, which indexes many packets in one buffer without
-building per-packet objects (the client's Arrow receive, the reference server's upload via
+(§4), and the incremental per-packet decoder (bounded buffers, exact errors). The layout's other
+reader, the bulk scanner :func:`scan_ends` / :func:`scan_deltas`, which indexes many packets in
+one buffer without building per-packet objects, lives in :mod:`pyspark_s2s.protocol.scan` and is
+re-exported here (the client's Arrow receive, the reference server's upload via
 :meth:`PacketDecoder.next_run`, and :func:`scan_packets`). Property and fuzz tests keep the two
 readers in agreement.
+
+Must not import: anything outside the standard library except ``pyspark_s2s.errors`` and
+``pyspark_s2s.protocol.scan``.
 
 Packet layout, all integers big-endian and signed::
 
     int32 attributeCount ; attributeCount x (int32 len, UTF-8 key ; int32 len, UTF-8 value)
     int64 contentLength  ; contentLength raw bytes
 
-Must not import: anything outside the standard library except ``pyspark_s2s.errors``.
 No I/O: bytes in, events out (h11 style).
 """
 
@@ -21,15 +24,19 @@ from __future__ import annotations
 import struct
 from array import array
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
-from itertools import accumulate, repeat
-from operator import add, mul, sub
+from itertools import accumulate
 from typing import Final
 
 from pyspark_s2s.errors import ProtocolError
 from pyspark_s2s.protocol._crc import crc32
+from pyspark_s2s.protocol.scan import (
+    MAX_ATTRIBUTES,
+    packet_offsets,
+    scan_deltas,
+    scan_ends,
+)
 
 __all__ = [
     "DEFAULT_INLINE_CONTENT_LIMIT",
@@ -50,12 +57,11 @@ __all__ = [
     "encode_packet",
     "encode_packet_header",
     "packet_offsets",
+    "scan_deltas",
     "scan_ends",
     "scan_packets",
 ]
 
-#: NiFi's decoder rejects packets with more attributes than this
-MAX_ATTRIBUTES: Final = 25000
 #: bound on one packet's attribute section (count, keys, values) held while decoding
 DEFAULT_MAX_HEADER_BYTES: Final = 64 << 20
 #: content up to this size is delivered whole in one event; larger content streams in chunks
@@ -576,118 +582,6 @@ def decode_packets(data: bytes | bytearray | memoryview) -> list[DataPacket]:
     out = [ev for ev in dec.events() if isinstance(ev, DataPacket)]
     dec.end_of_stream()
     return out
-
-
-# -- scanning (fast path) -----------------------------------------------------------------
-
-
-def scan_ends(
-    buf: bytes | bytearray,
-    max_packets: int,
-    max_attributes: int = MAX_ATTRIBUTES,
-    start: int = 0,
-    *,
-    max_content: int = _MAX_CONTENT_LENGTH,
-    max_header: int = _MAX_CONTENT_LENGTH,
-    separator: bytes = b"",
-) -> tuple[int, array[int], array[int]]:
-    """The one bulk reader of the packet layout (the server's upload and the client's Arrow
-    receive both use it): index up to ``max_packets`` complete packets of ``buf`` from ``start``.
-
-    Records only where each length-prefixed field *ends* in one ``array('q')`` of absolute
-    offsets: per packet, the offset after its attribute count, then after every key and every
-    value, then after its content (so the content-length field sits at the second-to-last
-    entry, the content 8 bytes later); and each packet's attribute count in a second array.
-    Returns (offset after the last complete packet, ends, counts).
-
-    Stops before an incomplete packet, a packet whose content exceeds ``max_content`` or whose
-    attribute section exceeds ``max_header``. Attribute lengths are read unsigned, so a
-    negative one looks like an unfinished packet (the per-packet decoder names it); an
-    attribute count outside ``0..max_attributes`` or a negative content length raises
-    :class:`ProtocolError`. The CRC is not computed here.
-
-    ``separator`` (RAW Site-to-Site's CONTINUE_TRANSACTION): every packet after the first must
-    follow it; the scan stops where a packet is not followed by the whole separator. It belongs
-    to no packet: the offsets in ``ends`` are those of the packets put back to back (packet
-    ``i`` recorded ``i * len(separator)`` bytes further to the front than it lies in ``buf``),
-    while the returned offset is where the last packet ends in ``buf``.
-    """
-    ends = array("q")
-    counts = array("q")
-    app = ends.append
-    capp = counts.append
-    u32 = _U32.unpack_from
-    i64 = _I64.unpack_from
-    sep_len = len(separator)
-    # the code between packets and the next packet's attribute count in one read (for HTTP
-    # bodies an empty code): RAW's marker costs a comparison, not a call of its own
-    between = _between_struct(sep_len)
-    size = len(buf)
-    stop = size - 12  # a packet takes at least 12 bytes
-    p = end = start
-    shift = 0  # separator bytes skipped so far (0 without one)
-    try:
-        cnt = _I32.unpack_from(buf, p)[0]
-    except struct.error:
-        return end, ends, counts
-    for _ in range(max_packets):
-        if p > stop:
-            break
-        if not 0 <= cnt <= max_attributes:
-            raise ProtocolError(
-                f"packet {len(counts) + 1}: attribute count {cnt} is outside 0..{max_attributes}"
-            )
-        try:
-            q = p + 4
-            app(q - shift)
-            for _ in range(cnt):
-                q += 4 + u32(buf, q)[0]
-                app(q - shift)
-                q += 4 + u32(buf, q)[0]
-                app(q - shift)
-            cl = i64(buf, q)[0]
-        except struct.error:  # the packet is not complete yet
-            break
-        if cl < 0:
-            raise ProtocolError(f"packet {len(counts) + 1}: negative content length {cl}")
-        if cl > max_content or q - p > max_header:
-            break
-        q += 8 + cl
-        if q > size:
-            break  # content not complete yet
-        app(q - shift)
-        capp(cnt)
-        end = q
-        try:
-            code, cnt = between(buf, q)
-        except struct.error:  # no (whole) next packet head yet
-            break
-        if code != separator:
-            break
-        p = q + sep_len
-        shift += sep_len
-    # drop what an incomplete last packet appended
-    del ends[2 * (sum(counts) + len(counts)) :]
-    return end, ends, counts
-
-
-def packet_offsets(ends: array[int], counts: array[int], back: int = 1) -> list[int]:
-    """From :func:`scan_ends`' ``ends``/``counts``: per packet, its ``back``-th offset from the
-    last (1: where the packet ends; 2: where its attribute section ends, the content length
-    next). C loops only; one array slice when every packet has the same attribute count (the
-    usual bulk upload)."""
-    n = len(counts)
-    if n and counts.count(counts[0]) == n:
-        k = 2 * counts[0] + 2
-        return ends[k - back :: k].tolist()
-    lasts = accumulate(map(add, map(mul, counts, repeat(2)), repeat(2)))
-    return list(map(ends.__getitem__, map(sub, lasts, repeat(back))))
-
-
-@lru_cache(maxsize=4)
-def _between_struct(sep_len: int) -> Callable[[bytes | bytearray, int], tuple[bytes, int]]:
-    """``unpack_from`` of a separator of ``sep_len`` bytes followed by an attribute count."""
-    return struct.Struct(f">{sep_len}si").unpack_from
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,8 @@ test), compression, partial buffers, invalid UTF-8, and against the reference se
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import zlib
 
 import pyarrow as pa
@@ -62,6 +64,49 @@ def test_batches_equal_the_decoder(packets, step, compressed, scan_block):
     plain = b"".join(encode_packet(a, c) for a, c in packets)
     assert got == [(p.attributes, p.content) for p in decode_packets(plain)]
     assert reader.checksum == enc.checksum == zlib.crc32(plain)
+
+
+# runs of packets of one shape (same names, same value lengths), as NiFi sends one flow's
+# FlowFiles: the scanner reads these a packet per unpack (core test_codec has the byte-level cases)
+shaped_st = st.lists(
+    st.tuples(st.dictionaries(text, st.integers(0, 40), max_size=4), st.integers(1, 12), st.binary(max_size=300)),
+    max_size=5,
+).map(lambda runs: [({k: chr(0x61 + (i + j) % 26) * n for j, (k, n) in enumerate(shape.items())}, content[i:])
+                    for shape, count, content in runs for i in range(count)])
+
+
+@given(shaped_st, st.integers(min_value=1, max_value=97), st.sampled_from([1, 50, 512 << 10]))
+def test_batches_of_same_shape_packets_equal_the_decoder(packets, step, scan_block):
+    test_batches_equal_the_decoder.hypothesis.inner_test(packets, step, False, scan_block)
+
+
+@pytest.mark.parametrize("narrow", [1 << 31, 10])
+def test_batches_past_the_kept_index_size_equal_the_decoder(monkeypatch, narrow):
+    # index arrays are reused only for batches up to _KEEP_INDEX fields; larger ones compute theirs;
+    # batches over _NARROW bytes (2 GiB) are indexed with int64 offsets
+    monkeypatch.setattr(arrow_mod, "_KEEP_INDEX", 5)
+    monkeypatch.setattr(arrow_mod, "_NARROW", narrow)
+    packets = [({"uuid": str(i).zfill(36), "f": "x" * (i % 3)}, b"c" * i) for i in range(40)]
+    wire = b"".join(encode_packet(a, c) for a, c in packets)
+    for max_rows in (1, 2, 40):
+        assert rows(drain(reader_over(wire, 1000), max_rows)) == packets
+
+
+def test_receiving_into_arrow_leaves_pyarrow_compute_unimported():
+    # a fresh process that only receives does not pay for pyarrow.compute's Python wrappers
+    code = (
+        "import sys\n"
+        "from pyspark_s2s.client.arrow import BatchReader\n"
+        "from pyspark_s2s.protocol.codec import encode_packet\n"
+        "wire = b''.join(encode_packet({'uuid': str(i).zfill(36), 'bad': 'x'}, b'c' * i) for i in range(100))\n"
+        "it = iter([wire, b''])\n"
+        "r = BatchReader(lambda: next(it, b''))\n"
+        "b = r.next_batch(1000, 1 << 20)\n"
+        "assert b.num_rows == 100 and r.last_content_bytes == sum(range(100)), b\n"
+        "print('pyarrow.compute' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_truncated_stream_is_a_protocol_error():

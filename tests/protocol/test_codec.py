@@ -3,7 +3,9 @@ the fast scanner, and property tests (round trips; any bytes decode or raise Pro
 
 from __future__ import annotations
 
+import struct
 import zlib
+from array import array
 
 import pytest
 from hypothesis import given, settings
@@ -20,6 +22,8 @@ from pyspark_s2s.protocol.codec import (
     decode_packets,
     encode_packet,
     encode_packet_header,
+    scan_deltas,
+    scan_ends,
     scan_packets,
 )
 from pyspark_s2s.protocol.stream import packets_of
@@ -263,3 +267,91 @@ def test_fuzz_bulk_runs_fail_only_where_events_fail(data: bytes, step: int) -> N
         return
     assert expected_error is None
     assert got == [(p.attributes, p.content) for p in expected[0]] and crc == expected[1]
+
+
+def _ends_field_by_field(buf: bytes, max_packets: int, max_attributes: int = 25000, *, max_content: int = 1 << 62,
+                         separator: bytes = b"") -> tuple[int, list[int], list[int]]:
+    """scan_ends' contract read the plain way (every length with its own unpack), for the tests
+    of the shape-at-a-time reading."""
+    ends: list[int] = []
+    counts: list[int] = []
+    p = end = shift = 0
+    for _ in range(max_packets):
+        if p + 12 > len(buf):
+            break
+        cnt = struct.unpack_from(">i", buf, p)[0]
+        if not 0 <= cnt <= max_attributes:
+            raise ProtocolError(f"packet {len(counts) + 1}: attribute count {cnt} is outside 0..{max_attributes}")
+        q = p + 4
+        mine = [q - shift]
+        try:
+            for _ in range(2 * cnt):
+                q += 4 + struct.unpack_from(">I", buf, q)[0]
+                mine.append(q - shift)
+            cl = struct.unpack_from(">q", buf, q)[0]
+        except struct.error:
+            break
+        if cl < 0:
+            raise ProtocolError(f"packet {len(counts) + 1}: negative content length {cl}")
+        q += 8 + cl
+        if cl > max_content or q > len(buf):
+            break
+        ends += [*mine, q - shift]
+        counts.append(cnt)
+        end = q
+        if buf[q : q + len(separator)] != separator or q + len(separator) + 4 > len(buf):
+            break
+        p = q + len(separator)
+        shift += len(separator)
+    return end, ends, counts
+
+
+# packets of a few shapes (the same attribute names and value lengths, any characters), as NiFi
+# sends the FlowFiles of one flow: the scanner reads runs of one shape with one unpack per packet
+_SHAPES = [{"uuid": 36, "filename": 15, "path": 2}, {"uuid": 36, "filename": 16, "path": 2}, {"a": 0}, {}]
+shaped = st.lists(  # runs: (shape, packets in the run, characters, first content length)
+    st.tuples(st.sampled_from(range(len(_SHAPES))), st.integers(1, 40), st.integers(0, 0x10FFF), st.integers(0, 40)),
+    max_size=6,
+)
+
+
+def _shaped_wire(runs: list[tuple[int, int, int, int]]) -> list[bytes]:
+    out = []
+    for shape, n, seed, size in runs:
+        for j in range(n):
+            attrs = {k: chr(0x41 + (seed + i + j) % 26) * width for i, (k, width) in enumerate(_SHAPES[shape].items())}
+            out.append(encode_packet(attrs, bytes((size + 7 * j) % 41)))
+    return out
+
+
+@settings(max_examples=300)
+@given(shaped, st.integers(min_value=0, max_value=60), st.sampled_from([b"", b"\x0a"]),
+       st.integers(min_value=1, max_value=40), st.one_of(st.none(), st.tuples(st.integers(0), st.integers(0, 255))))
+def test_scan_reads_runs_of_one_shape_like_field_by_field(pkts: list[tuple[int, int, int, int]], cut: int,
+                                                          separator: bytes, limit: int,
+                                                          damage: tuple[int, int] | None) -> None:
+    wire = bytearray(separator.join(_shaped_wire(pkts)))
+    del wire[max(0, len(wire) - cut) :]
+    if damage is not None and wire:
+        wire[damage[0] % len(wire)] = damage[1]  # any byte wrong: a length, a count, the separator
+    data = bytes(wire)
+    try:
+        expected = _ends_field_by_field(data, limit, 40, max_content=30, separator=separator)
+    except ProtocolError as exc:
+        with pytest.raises(ProtocolError) as got:
+            scan_ends(data, limit, 40, max_content=30, separator=separator)
+        assert str(got.value) == str(exc)
+        return
+    end, ends, counts = scan_ends(data, limit, 40, max_content=30, separator=separator)
+    assert (end, ends.tolist(), counts.tolist()) == expected
+    end2, sizes, counts2 = scan_deltas(data, limit, 40, max_content=30, separator=separator)
+    assert end2 == end and counts2 == counts and array("q", [sum(sizes[: i + 1]) for i in range(len(sizes))]) == ends
+
+
+def test_scan_from_an_offset_continues_where_it_stopped() -> None:
+    wire = b"".join(_shaped_wire([(0, 4, 0, 3), (1, 6, 5, 9)]))
+    end, ends, counts = scan_ends(wire, 4)
+    end2, ends2, counts2 = scan_ends(wire, 100, start=end)
+    assert (end2, ends + ends2, counts + counts2) == (len(wire), *scan_ends(wire, 100)[1:])
+    _, sizes2, _ = scan_deltas(wire, 100, start=end)
+    assert sizes2[0] == 4 and end + sum(sizes2) == len(wire)
