@@ -8,9 +8,9 @@ the offset format. An offset is the plan of one micro-batch, as JSON with a fixe
 
 ``maxFlowFiles`` / ``maxBytes`` are per partition (0 = none: the client's batch options and the
 server's defaults apply). An entry may also carry ``"backlog"``, per partition: the FlowFiles a
-partition keeps reading rounds for past the round window (``Trigger.AvailableNow``'s first
-micro-batch: the node's queue at the start, split over its partitions); the key is left out when it
-is 0, so plans without it read as before. The initial offset is batch -1 with an empty plan.
+partition reads, in as many rounds as it takes instead of stopping at the round window
+(``Trigger.AvailableNow``'s first micro-batch: the node's queue at the start, split over its
+partitions); the key is left out when it is 0, so plans without it read as before. The initial offset is batch -1 with an empty plan.
 
 Pure Python: no pyspark, no I/O. Must not import: the server, the client's I/O modules.
 """
@@ -36,7 +36,7 @@ class PlannedPartition:
     peer: str  #: ``host:port`` of the NiFi node
     max_flow_files: int  #: batch count sent to NiFi for this transaction (0 = none)
     max_bytes: int  #: batch size sent to NiFi for this transaction (0 = none)
-    backlog: int = 0  #: FlowFiles to read past the round window (0 = stop at the window)
+    backlog: int = 0  #: FlowFiles to read, past the round window (0 = none: stop at the window)
 
 
 def allocate(weights: Sequence[tuple[str, float]], total: int) -> dict[str, int]:

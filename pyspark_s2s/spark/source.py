@@ -99,8 +99,8 @@ _BATCH_BYTES = 64 << 20
 #: a partition reads in rounds so that Spark takes in one round's rows while the next is pulled
 ROUND_FLOWFILES = 65536
 #: a partition starts no new round after this long (NiFi's own default batch duration), unless
-#: the client's batchDuration is longer, or it has not yet read its planned backlog
-#: (``Trigger.AvailableNow``: what its node held at the start)
+#: the client's batchDuration is longer; a partition with a planned backlog (``Trigger.AvailableNow``:
+#: its share of what its node held at the start) reads until it has that instead
 ROUND_WINDOW = 5.0
 #: what turns staged FlowFiles into output batches (one row per FlowFile, or record mode)
 Rows = FlowFileRows | RecordRows
@@ -116,7 +116,7 @@ class NiFiPartition(InputPartition):
     max_flow_files: int = 0
     max_bytes: int = 0
     staged: bool = True  #: False only for a batch read without stagingLocation
-    #: FlowFiles the partition reads past the round window (Trigger.AvailableNow's first micro-batch)
+    #: FlowFiles the partition reads, past the round window (Trigger.AvailableNow's first micro-batch)
     backlog: int = 0
 
 
@@ -147,8 +147,9 @@ def _open(client: SiteToSiteClient, part: NiFiPartition, peer: str | None = None
 
 def _round_limits(opts: SparkOptions, part: NiFiPartition, got_rows: int, got_bytes: int) -> tuple[int, int] | None:
     """(FlowFiles, bytes) asked of NiFi for the next round (0 bytes = no size limit), or None when
-    the partition's per-trigger share is used up."""
-    left_rows = part.max_flow_files - got_rows if part.max_flow_files else None
+    the partition's per-trigger share or its planned backlog is used up."""
+    shares = [x for x in (part.max_flow_files, part.backlog) if x]
+    left_rows = min(shares) - got_rows if shares else None
     left_bytes = part.max_bytes - got_bytes if part.max_bytes else None
     if (left_rows is not None and left_rows <= 0) or (left_bytes is not None and left_bytes <= 0):
         return None
@@ -306,7 +307,7 @@ def _read_staged(opts: SparkOptions, rows: Rows, part: NiFiPartition, staging: S
             m = _pull_and_stage(client, opts, part, staging, k, peer, in_doubt)
             got_rows, got_bytes, peer = got_rows + m.flow_files, got_bytes + m.bytes, m.peer
             k += 1
-            final = not m.full or (time.monotonic() - started >= window and got_rows >= part.backlog)
+            final = not m.full or (not part.backlog and time.monotonic() - started >= window)
             if final:
                 # the rounds are final before the last one is handed to Spark: a replay of this
                 # partition (a retried task, a restarted query) yields exactly these rows
