@@ -10,7 +10,8 @@ the offset format. An offset is the plan of one micro-batch, as JSON with a fixe
 server's defaults apply). An entry may also carry ``"backlog"``, per partition: the FlowFiles a
 partition reads, in as many rounds as it takes instead of stopping at the round window
 (``Trigger.AvailableNow``'s first micro-batch: the node's queue at the start, split over its
-partitions); the key is left out when it is 0, so plans without it read as before. The initial offset is batch -1 with an empty plan.
+partitions); the key is left out when it is 0, so plans without it read as before. The initial
+offset is batch -1 with an empty plan.
 
 Pure Python: no pyspark, no I/O. Must not import: the server, the client's I/O modules.
 """
