@@ -7,7 +7,11 @@ the offset format. An offset is the plan of one micro-batch, as JSON with a fixe
     {"batch": 7, "plan": [{"peer": "nifi-1:8443", "partitions": 3, "maxFlowFiles": 1000, "maxBytes": 0}, ...]}
 
 ``maxFlowFiles`` / ``maxBytes`` are per partition (0 = none: the client's batch options and the
-server's defaults apply). The initial offset is batch -1 with an empty plan.
+server's defaults apply). An entry may also carry ``"backlog"``, per partition: the FlowFiles a
+partition reads, in as many rounds as it takes instead of stopping at the round window
+(``Trigger.AvailableNow``'s first micro-batch: the node's queue at the start, split over its
+partitions); the key is left out when it is 0, so plans without it read as before. The initial
+offset is batch -1 with an empty plan.
 
 Pure Python: no pyspark, no I/O. Must not import: the server, the client's I/O modules.
 """
@@ -19,7 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["INITIAL_OFFSET", "PlannedPartition", "allocate", "make_offset", "make_plan", "partitions_of"]
+__all__ = ["INITIAL_OFFSET", "PlannedPartition", "allocate", "make_offset", "make_plan", "partitions_of",
+           "with_backlog"]
 
 INITIAL_OFFSET: dict[str, Any] = {"batch": -1, "plan": []}
 
@@ -32,6 +37,7 @@ class PlannedPartition:
     peer: str  #: ``host:port`` of the NiFi node
     max_flow_files: int  #: batch count sent to NiFi for this transaction (0 = none)
     max_bytes: int  #: batch size sent to NiFi for this transaction (0 = none)
+    backlog: int = 0  #: FlowFiles to read, past the round window (0 = none: stop at the window)
 
 
 def allocate(weights: Sequence[tuple[str, float]], total: int) -> dict[str, int]:
@@ -99,14 +105,20 @@ def make_plan(weights: Sequence[tuple[str, float]], *, min_partitions: int | Non
 
 def make_offset(batch: int, plan: list[dict[str, Any]]) -> dict[str, Any]:
     """The offset dict, keys in the fixed order Spark's JSON text comparison relies on."""
-    return {
-        "batch": int(batch),
-        "plan": [
-            {"peer": str(e["peer"]), "partitions": int(e["partitions"]),
-             "maxFlowFiles": int(e["maxFlowFiles"]), "maxBytes": int(e["maxBytes"])}
-            for e in plan
-        ],
-    }
+    entries = []
+    for e in plan:
+        entry = {"peer": str(e["peer"]), "partitions": int(e["partitions"]),
+                 "maxFlowFiles": int(e["maxFlowFiles"]), "maxBytes": int(e["maxBytes"])}
+        if int(e.get("backlog", 0)) > 0:
+            entry["backlog"] = int(e["backlog"])
+        entries.append(entry)
+    return {"batch": int(batch), "plan": entries}
+
+
+def with_backlog(plan: list[dict[str, Any]], queued: dict[str, int]) -> list[dict[str, Any]]:
+    """``plan`` with each entry's ``backlog``: its peer's ``queued`` FlowFiles split over the
+    peer's partitions (rounded up, so the partitions together cover the queue)."""
+    return [{**e, "backlog": -(-queued.get(str(e["peer"]), 0) // int(e["partitions"]))} for e in plan]
 
 
 def partitions_of(offset: dict[str, Any]) -> list[PlannedPartition]:
@@ -115,5 +127,5 @@ def partitions_of(offset: dict[str, Any]) -> list[PlannedPartition]:
     for entry in offset.get("plan", []):
         for _ in range(int(entry["partitions"])):
             out.append(PlannedPartition(len(out), str(entry["peer"]), int(entry["maxFlowFiles"]),
-                                        int(entry["maxBytes"])))
+                                        int(entry["maxBytes"]), int(entry.get("backlog", 0))))
     return out

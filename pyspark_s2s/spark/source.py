@@ -72,6 +72,7 @@ from pyspark_s2s.spark.planning import (
     make_offset,
     make_plan,
     partitions_of,
+    with_backlog,
 )
 from pyspark_s2s.spark.schema import (
     FlowFileRows,
@@ -98,7 +99,8 @@ _BATCH_BYTES = 64 << 20
 #: a partition reads in rounds so that Spark takes in one round's rows while the next is pulled
 ROUND_FLOWFILES = 65536
 #: a partition starts no new round after this long (NiFi's own default batch duration), unless
-#: the client's batchDuration is longer
+#: the client's batchDuration is longer; a partition with a planned backlog (``Trigger.AvailableNow``:
+#: its share of what its node held at the start) reads until it has that instead
 ROUND_WINDOW = 5.0
 #: what turns staged FlowFiles into output batches (one row per FlowFile, or record mode)
 Rows = FlowFileRows | RecordRows
@@ -114,6 +116,8 @@ class NiFiPartition(InputPartition):
     max_flow_files: int = 0
     max_bytes: int = 0
     staged: bool = True  #: False only for a batch read without stagingLocation
+    #: FlowFiles the partition reads, past the round window (Trigger.AvailableNow's first micro-batch)
+    backlog: int = 0
 
 
 # -- executor side -------------------------------------------------------------------------------
@@ -143,8 +147,9 @@ def _open(client: SiteToSiteClient, part: NiFiPartition, peer: str | None = None
 
 def _round_limits(opts: SparkOptions, part: NiFiPartition, got_rows: int, got_bytes: int) -> tuple[int, int] | None:
     """(FlowFiles, bytes) asked of NiFi for the next round (0 bytes = no size limit), or None when
-    the partition's per-trigger share is used up."""
-    left_rows = part.max_flow_files - got_rows if part.max_flow_files else None
+    the partition's per-trigger share or its planned backlog is used up."""
+    shares = [x for x in (part.max_flow_files, part.backlog) if x]
+    left_rows = min(shares) - got_rows if shares else None
     left_bytes = part.max_bytes - got_bytes if part.max_bytes else None
     if (left_rows is not None and left_rows <= 0) or (left_bytes is not None and left_bytes <= 0):
         return None
@@ -302,7 +307,7 @@ def _read_staged(opts: SparkOptions, rows: Rows, part: NiFiPartition, staging: S
             m = _pull_and_stage(client, opts, part, staging, k, peer, in_doubt)
             got_rows, got_bytes, peer = got_rows + m.flow_files, got_bytes + m.bytes, m.peer
             k += 1
-            final = not m.full or time.monotonic() - started >= window
+            final = not m.full or (not part.backlog and time.monotonic() - started >= window)
             if final:
                 # the rounds are final before the last one is handed to Spark: a replay of this
                 # partition (a retried task, a restarted query) yields exactly these rows
@@ -479,6 +484,8 @@ class _Driver:
         self.planned = False
         self.available_now = False
         self.backlog: int | None = None
+        #: Trigger.AvailableNow: FlowFiles each peer ("host:port") held at the start
+        self.backlog_peers: dict[str, int] = {}
         self.first_batch: int | None = None
         self.last_warning = 0.0
         #: pyspark 4.0/4.1: the offset Spark stands at (it passes no start to latestOffset)
@@ -523,10 +530,11 @@ class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         st = self._state()
         st.available_now = True
         try:
-            counts = [peer.flow_file_count for peer, _ in st.client.peer_statuses(Direction.RECEIVE, refresh=True)]
+            statuses = st.client.peer_statuses(Direction.RECEIVE, refresh=True)
         except S2SError as exc:
             raise exc.with_prefix("nifi-s2s: Trigger.AvailableNow could not list the NiFi peers") from None
-        total = sum(counts)
+        st.backlog_peers = {f"{p.hostname}:{p.port}": p.flow_file_count for p, _ in statuses}
+        total = sum(st.backlog_peers.values())
         st.backlog = total if total > 0 else None
         logger.info("Trigger.AvailableNow: %s FlowFiles queued on the peers at start",
                     st.backlog if st.backlog is not None else "an unknown number of")
@@ -647,6 +655,10 @@ class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         st.backlog_stale = True
         if st.available_now and st.first_batch is None:
             st.first_batch = n + 1
+            # its partitions read past the round window until they have what their nodes held at
+            # the start (or the nodes run dry, or a cap is used up): one micro-batch, as a Spark
+            # user expects of AvailableNow without caps, not one per 5 s
+            plan = with_backlog(plan, st.backlog_peers)
         offset = make_offset(n + 1, plan)
         logger.info("planned batch %d of port %s: %s", n + 1, self._opts.client.port,
                     ", ".join(f"{e['peer']} x{e['partitions']}" for e in offset["plan"]))
@@ -664,7 +676,7 @@ class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if int(end["batch"]) == int(start["batch"]):
             return []
         scope = batch_scope(int(end["batch"]))
-        return [NiFiPartition(scope, p.index, p.peer, p.max_flow_files, p.max_bytes)
+        return [NiFiPartition(scope, p.index, p.peer, p.max_flow_files, p.max_bytes, backlog=p.backlog)
                 for p in partitions_of(end)]
 
     def commit(self, end: dict[str, Any]) -> None:

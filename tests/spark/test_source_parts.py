@@ -18,7 +18,7 @@ from serverproc import ServerProcess
 from pyspark_s2s.client import SiteToSiteClient, TransactionHandle
 from pyspark_s2s.errors import ConfigError, S2SError, TransactionNotFoundError
 from pyspark_s2s.spark.options import SPARK_OPTIONS, SparkOptions, options_markdown
-from pyspark_s2s.spark.planning import allocate, make_offset, make_plan, partitions_of
+from pyspark_s2s.spark.planning import allocate, make_offset, make_plan, partitions_of, with_backlog
 from pyspark_s2s.spark.schema import SOURCE_SCHEMA, arrow_source_schema, uuid_column
 from pyspark_s2s.spark.source import NiFiPartition, NiFiStreamReader, read_partition
 from pyspark_s2s.spark.staging import Resolution, RoundManifest, RoundState, StagingArea, batch_scope
@@ -562,6 +562,37 @@ def test_per_trigger_share_bounds_the_rounds(srv: ServerProcess, tmp_path: Path,
     rows = _read(srv, staging, part)
     assert len(rows) == 60 and [m.flow_files for m in staging.rounds(part.scope, 0)] == [25, 25, 10]
     assert srv.admin.queued("out") == 40
+
+
+def test_a_planned_backlog_keeps_the_rounds_going_past_the_window(srv: ServerProcess, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the round window used up after the first round, a partition without a backlog stops
+    there; one with a backlog (Trigger.AvailableNow's first micro-batch) reads exactly that many,
+    in as many rounds as it takes, and a replay yields exactly those rounds."""
+    from pyspark_s2s.spark import source
+
+    monkeypatch.setattr(source, "ROUND_WINDOW", 0.0)
+    staging, part = _rounds_setup(srv, tmp_path, monkeypatch, round_size=25, queued=100, batch=15)
+    assert len(_read(srv, staging, part)) == 25  # the window closes the partition after one round
+    backlogged = NiFiPartition(batch_scope(16), 0, _peer(srv), backlog=60)
+    rows = _read(srv, staging, backlogged)
+    assert [m.flow_files for m in staging.rounds(backlogged.scope, 0)] == [25, 25, 10]
+    assert staging.done(backlogged.scope, 0) == {"rounds": 3}
+    assert len(rows) == 60 and srv.admin.queued("out") == 15
+    assert _read(srv, staging, backlogged) == rows
+
+
+def test_the_first_available_now_plan_carries_each_nodes_backlog() -> None:
+    plan = with_backlog([{"peer": "a:1", "partitions": 2, "maxFlowFiles": 0, "maxBytes": 0},
+                         {"peer": "b:2", "partitions": 1, "maxFlowFiles": 0, "maxBytes": 0}],
+                        {"a:1": 1001, "c:3": 5})
+    offset = make_offset(3, plan)
+    assert offset["plan"] == [
+        {"peer": "a:1", "partitions": 2, "maxFlowFiles": 0, "maxBytes": 0, "backlog": 501},  # rounded up
+        {"peer": "b:2", "partitions": 1, "maxFlowFiles": 0, "maxBytes": 0},  # 0: the key is left out
+    ]
+    assert [p.backlog for p in partitions_of(offset)] == [501, 501, 0]
+    assert json.dumps(make_offset(3, json.loads(json.dumps(offset))["plan"])) == json.dumps(offset)
 
 
 _KEYS = st.sampled_from(["uuid", "filename", "s2s.host", "mime.type"])
