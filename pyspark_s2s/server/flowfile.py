@@ -321,7 +321,8 @@ def wire_flowfiles(run: PacketRun, host: str, address: str) -> list[WireFlowFile
     the sender's as in a dict).
     """
     data = run.data
-    if any(key in data for key in _ADDED_KEY_FIELDS):
+    # two searches of the run, not three: "s2s." is in both s2s keys (and then they are looked for)
+    if _ADDED_KEY_FIELDS[0] in data or (b"s2s." in data and any(key in data for key in _ADDED_KEY_FIELDS[1:])):
         return None
     counts = run.counts
     n = len(counts)
