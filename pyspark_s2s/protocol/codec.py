@@ -60,8 +60,8 @@ __all__ = [
     "packet_offsets",
     "scan_deltas",
     "scan_ends",
-    "scan_spans",
     "scan_packets",
+    "scan_spans",
 ]
 
 #: bound on one packet's attribute section (count, keys, values) held while decoding

@@ -228,10 +228,11 @@ def _scan(buf: bytes | bytearray, max_packets: int, max_attributes: int, start: 
             if m and spans:
                 # packet i ends at base + the sizes of packets 0..i (header + content each);
                 # its attributes end 8 + its content length before that
-                ends = array("q", accumulate(map(add, contents, repeat(hdr - 8)), initial=base))
+                stops = array("q", accumulate(map(add, contents, repeat(hdr - 8)), initial=base))
+                del stops[0]
                 block = array("q", bytes(16 * m))
-                block[1::2] = ends[1:]
-                block[0::2] = array("q", map(sub, ends[1:], contents))
+                block[1::2] = stops
+                block[0::2] = array("q", map(sub, stops, contents))
                 sizes += block
                 counts += array("q", shape[:1]) * m
             elif m:
