@@ -36,6 +36,7 @@ from pyspark_s2s.protocol.scan import (
     packet_offsets,
     scan_deltas,
     scan_ends,
+    scan_spans,
 )
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "scan_deltas",
     "scan_ends",
     "scan_packets",
+    "scan_spans",
 ]
 
 #: bound on one packet's attribute section (count, keys, values) held while decoding
@@ -417,11 +419,12 @@ class PacketDecoder:
                 return out
             out.append(ev)
 
-    def next_run(self, max_packets: int = 8192) -> PacketRun | None:
+    def next_run(self, max_packets: int = 8192, *, spans: bool = False) -> PacketRun | None:
         """Bulk fast path: the whole packets buffered now (at most ``max_packets``, each with
         content up to the inline limit) as one :class:`PacketRun`, checksummed and consumed;
         None when the next packet is for :meth:`next_event` (a packet in flight, an incomplete
         or large one, or malformed input, which :meth:`next_event` then reports exactly).
+        ``spans``: the run holds two offsets per packet (:func:`scan_spans`), not every field's.
 
         May be mixed freely with :meth:`next_event`; both keep the same CRC and counters.
         """
@@ -435,7 +438,7 @@ class PacketDecoder:
         with memoryview(self._buf) as view:
             data = bytes(view[self._pos :])
         try:
-            end, ends, counts = scan_ends(
+            end, ends, counts = (scan_spans if spans else scan_ends)(
                 data, max_packets, self._max_attributes, 0, max_content=self._inline_limit,
                 max_header=self._max_header,
             )
@@ -450,7 +453,7 @@ class PacketDecoder:
         self._consumed += end
         self._packets += len(counts)
         self._need = 4
-        return PacketRun(data, ends, counts)
+        return PacketRun(data, ends, counts, spans)
 
     def _consume(self, n: int) -> memoryview:
         view = memoryview(self._buf)[self._pos : self._pos + n]
@@ -587,15 +590,24 @@ def decode_packets(data: bytes | bytearray | memoryview) -> list[DataPacket]:
 @dataclass(frozen=True, slots=True)
 class PacketRun:
     """Whole packets as they arrived (:meth:`PacketDecoder.next_run`): ``data`` holds their
-    bytes, ``ends``/``counts`` index them as :func:`scan_ends` does (offsets into ``data``)."""
+    bytes, ``ends``/``counts`` index them as :func:`scan_ends` does (offsets into ``data``), or
+    when ``spans`` is true as :func:`scan_spans` does (two offsets per packet)."""
 
     data: bytes
     ends: array[int]
     counts: array[int]
+    spans: bool = False
 
     @property
     def count(self) -> int:
         return len(self.counts)
+
+    def offsets(self, back: int = 1) -> list[int]:
+        """Per packet: where it ends (``back`` 1) or where its attribute section ends (2), as
+        :func:`packet_offsets` takes them out of ``scan_ends``' ends."""
+        if self.spans:
+            return self.ends[2 - back :: 2].tolist()
+        return packet_offsets(self.ends, self.counts, back)
 
 
 @dataclass(slots=True)

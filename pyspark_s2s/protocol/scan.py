@@ -23,7 +23,7 @@ from typing import Final
 
 from pyspark_s2s.errors import ProtocolError
 
-__all__ = ["MAX_ATTRIBUTES", "packet_offsets", "scan_deltas", "scan_ends"]
+__all__ = ["MAX_ATTRIBUTES", "packet_offsets", "scan_deltas", "scan_ends", "scan_spans"]
 
 #: NiFi's decoder rejects packets with more attributes than this
 MAX_ATTRIBUTES: Final = 25000
@@ -67,7 +67,7 @@ def scan_ends(
 
     Reads packets as :func:`scan_deltas` describes (a run of one shape a packet per unpack).
     """
-    return _scan(buf, max_packets, max_attributes, start, max_content, max_header, separator, True)
+    return _scan(buf, max_packets, max_attributes, start, max_content, max_header, separator, _ENDS)
 
 
 @lru_cache(maxsize=32)
@@ -109,12 +109,39 @@ def scan_deltas(
     next 15 packets are read field by field without comparing their shapes (so a stream whose
     lengths keep changing pays for one comparison in 16 packets).
     """
-    return _scan(buf, max_packets, max_attributes, start, max_content, max_header, separator, False)
+    return _scan(buf, max_packets, max_attributes, start, max_content, max_header, separator, _DELTAS)
+
+
+def scan_spans(
+    buf: bytes | bytearray,
+    max_packets: int,
+    max_attributes: int = MAX_ATTRIBUTES,
+    start: int = 0,
+    *,
+    max_content: int = _MAX_CONTENT_LENGTH,
+    max_header: int = _MAX_CONTENT_LENGTH,
+    separator: bytes = b"",
+) -> tuple[int, array[int], array[int]]:
+    """:func:`scan_ends` with two offsets per packet instead of one per field: where its
+    attribute section ends (its content length next) and where the packet ends, the same
+    entries :func:`packet_offsets` takes out of ``scan_ends``' ends (``back`` 2 and 1). Same
+    arguments, checks, stopping points and offsets (packets put back to back). For readers that
+    keep packets whole (the reference server's upload): a run of one shape costs a few integers
+    per packet, not one per field.
+    """
+    return _scan(buf, max_packets, max_attributes, start, max_content, max_header, separator, _SPANS)
+
+
+#: what :func:`_scan` records: each field's size, each field's end, or two ends per packet
+_DELTAS, _ENDS, _SPANS = 0, 1, 2
 
 
 def _scan(buf: bytes | bytearray, max_packets: int, max_attributes: int, start: int, max_content: int,
-          max_header: int, separator: bytes, absolute: bool) -> tuple[int, array[int], array[int]]:
-    """:func:`scan_ends` (``absolute``: each field's end) or :func:`scan_deltas` (its size)."""
+          max_header: int, separator: bytes, mode: int) -> tuple[int, array[int], array[int]]:
+    """:func:`scan_deltas` (``mode`` ``_DELTAS``), :func:`scan_ends` (``_ENDS``) or
+    :func:`scan_spans` (``_SPANS``)."""
+    absolute = mode == _ENDS
+    spans = mode == _SPANS
     sizes = array("q")
     counts = array("q")
     app = sizes.append
@@ -198,7 +225,17 @@ def _scan(buf: bytes | bytearray, max_packets: int, max_attributes: int, start: 
                 p = q + sep_len
                 shift += sep_len
             m = len(contents)
-            if m:
+            if m and spans:
+                # packet i ends at base + the sizes of packets 0..i (header + content each);
+                # its attributes end 8 + its content length before that
+                stops = array("q", accumulate(map(add, contents, repeat(hdr - 8)), initial=base))
+                del stops[0]
+                block = array("q", bytes(16 * m))
+                block[1::2] = stops
+                block[0::2] = array("q", map(sub, stops, contents))
+                sizes += block
+                counts += array("q", shape[:1]) * m
+            elif m:
                 block = template * m
                 block[len(template) - 1 :: len(template)] = contents
                 if absolute:
@@ -260,6 +297,10 @@ def _scan(buf: bytes | bytearray, max_packets: int, max_attributes: int, start: 
             elif previous is not None:
                 skip = 15  # another shape: compare again 16 packets on (varying shapes cost little)
             previous = fields
+        if spans:  # the packet's field sizes become its two ends
+            del sizes[len(sizes) - 2 * cnt - 2 :]
+            app(q - shift - 8 - cl)
+            app(q - shift)
         try:
             code, cnt = between(buf, q)
         except struct.error:  # no (whole) next packet head yet
@@ -269,7 +310,7 @@ def _scan(buf: bytes | bytearray, max_packets: int, max_attributes: int, start: 
         p = q + sep_len
         shift += sep_len
     # drop what an incomplete last packet appended
-    del sizes[2 * (sum(counts) + len(counts)) :]
+    del sizes[2 * (sum(counts) + len(counts)) if not spans else 2 * len(counts) :]
     return end, sizes, counts
 
 

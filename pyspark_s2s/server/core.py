@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from pyspark_s2s.errors import (
@@ -358,7 +359,7 @@ class StreamUpload(Upload):
         )
         self._packets = self.decoder.packets_decoder
         self._next_run: Callable[[], PacketRun | None] | None = (
-            self._packets.next_run if bulk and not props.compress else None
+            partial(self._packets.next_run, spans=True) if bulk and not props.compress else None
         )
 
     @property

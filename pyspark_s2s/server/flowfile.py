@@ -28,7 +28,6 @@ from pyspark_s2s.protocol.codec import (
     DataPacket,
     PacketRun,
     decode_packets,
-    packet_offsets,
 )
 
 __all__ = [
@@ -322,18 +321,18 @@ def wire_flowfiles(run: PacketRun, host: str, address: str) -> list[WireFlowFile
     the sender's as in a dict).
     """
     data = run.data
-    if any(key in data for key in _ADDED_KEY_FIELDS):
+    # two searches of the run, not three: "s2s." is in both s2s keys (and then they are looked for)
+    if _ADDED_KEY_FIELDS[0] in data or (b"s2s." in data and any(key in data for key in _ADDED_KEY_FIELDS[1:])):
         return None
     counts = run.counts
     n = len(counts)
     extras, width = uuid4_fields(
         n, _ADDED_KEY_FIELDS[0] + _I32(36), _encode_attribute("s2s.host", host) + _encode_attribute("s2s.address", address)
     )
-    # run.ends holds 2 * (count + 1) offsets per packet, its content end last and the end of
-    # its attributes (where the content length starts) next to last; packet i starts where
-    # packet i - 1 ends
-    e = packet_offsets(run.ends, counts)
-    a = packet_offsets(run.ends, counts, 2)
+    # per packet: where it ends and where its attributes end (its content length next);
+    # packet i starts where packet i - 1 ends
+    e = run.offsets()
+    a = run.offsets(2)
     s = [0, *e[:-1]]
     # the new attribute counts, written over the old ones in a copy of the run
     patched = bytearray(data)

@@ -22,9 +22,11 @@ from pyspark_s2s.protocol.codec import (
     decode_packets,
     encode_packet,
     encode_packet_header,
+    packet_offsets,
     scan_deltas,
     scan_ends,
     scan_packets,
+    scan_spans,
 )
 from pyspark_s2s.protocol.stream import packets_of
 
@@ -211,18 +213,23 @@ def test_fuzz_scanner_any_bytes(data: bytes) -> None:
     assert 0 <= scan.consumed <= len(data)
 
 
-def _decode_runs(data: bytes, step: int, **limits: int) -> tuple[list[tuple[dict[str, str], bytes]], int, int]:
+def _decode_runs(data: bytes, step: int, spans: bool = False,
+                 **limits: int) -> tuple[list[tuple[dict[str, str], bytes]], int, int]:
     """Feed ``data`` in ``step``-byte pieces, taking bulk runs (next_run) wherever the decoder
-    offers one and events otherwise, as the reference server's upload does."""
+    offers one and events otherwise, as the reference server's upload does (``spans``: runs
+    with two offsets per packet, as the server takes them)."""
     dec = PacketDecoder(**limits)
     out: list[tuple[dict[str, str], bytes]] = []
     events: list[object] = []
 
     def pump() -> None:
         while True:
-            run = dec.next_run(max_packets=3)
+            run = dec.next_run(max_packets=3, spans=spans)
             if run is not None:
-                assert run.count and len(run.ends) == 2 * (sum(run.counts) + run.count)
+                assert run.count and len(run.ends) == 2 * (run.count if spans else sum(run.counts) + run.count)
+                ends = run.offsets()
+                assert ends[-1] == len(run.data) and run.offsets(2) == [e - 8 - len(p.content) for e, p in
+                                                                     zip(ends, decode_packets(run.data))]
                 out.extend((p.attributes, p.content) for p in decode_packets(run.data))
                 continue
             ev = dec.next_event()
@@ -240,12 +247,12 @@ def _decode_runs(data: bytes, step: int, **limits: int) -> tuple[list[tuple[dict
     return out, dec.checksum, dec.packets
 
 
-@given(packets, st.integers(min_value=1, max_value=2000), st.integers(min_value=0, max_value=200))
+@given(packets, st.integers(min_value=1, max_value=2000), st.integers(min_value=0, max_value=200), st.booleans())
 def test_bulk_runs_and_events_mix_like_events_alone(
-    pkts: list[tuple[dict[str, str], bytes]], step: int, inline: int
+    pkts: list[tuple[dict[str, str], bytes]], step: int, inline: int, spans: bool
 ) -> None:
     wire = b"".join(encode_packet(a, c) for a, c in pkts)
-    got, crc, count = _decode_runs(wire, step, inline_content_limit=inline)
+    got, crc, count = _decode_runs(wire, step, spans, inline_content_limit=inline)
     assert got == [(dict(a), c) for a, c in pkts]
     assert crc == zlib.crc32(wire) and count == len(pkts)
 
@@ -346,6 +353,9 @@ def test_scan_reads_runs_of_one_shape_like_field_by_field(pkts: list[tuple[int, 
     assert (end, ends.tolist(), counts.tolist()) == expected
     end2, sizes, counts2 = scan_deltas(data, limit, 40, max_content=30, separator=separator)
     assert end2 == end and counts2 == counts and array("q", [sum(sizes[: i + 1]) for i in range(len(sizes))]) == ends
+    end3, spans, counts3 = scan_spans(data, limit, 40, max_content=30, separator=separator)
+    assert end3 == end and counts3 == counts
+    assert spans[0::2].tolist() == packet_offsets(ends, counts, 2) and spans[1::2].tolist() == packet_offsets(ends, counts)
 
 
 def test_scan_from_an_offset_continues_where_it_stopped() -> None:

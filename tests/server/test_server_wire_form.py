@@ -8,6 +8,8 @@ import re
 import uuid
 from pathlib import Path
 
+import pytest
+
 from s2shelp import RECEIVE, S2S, decode
 
 from pyspark_s2s.protocol.codec import PacketDecoder, PacketRun, encode_packet
@@ -24,10 +26,10 @@ from pyspark_s2s.server.model import (
 UUID4 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 
 
-def _run(packets: list[tuple[dict[str, str], bytes]]) -> PacketRun:
+def _run(packets: list[tuple[dict[str, str], bytes]], spans: bool = False) -> PacketRun:
     dec = PacketDecoder()
     dec.feed(b"".join(encode_packet(a, c) for a, c in packets))
-    run = dec.next_run()
+    run = dec.next_run(spans=spans)
     assert run is not None and run.count == len(packets)
     return run
 
@@ -42,11 +44,15 @@ def test_uuid_fields_are_random_version_4_uuids_between_fixed_bytes() -> None:
     assert all(uuid.UUID(t).version == 4 for t in texts)
 
 
-def test_wire_form_decodes_to_what_the_per_packet_path_keeps() -> None:
+@pytest.mark.parametrize("spans", [False, True], ids=["field-ends", "spans"])
+def test_wire_form_decodes_to_what_the_per_packet_path_keeps(spans: bool) -> None:
+    # runs of one shape (the upload's usual case) and packets of varying shapes
     packets = [
         ({"filename": f"f{i}", "é": "ü" * i}, bytes(range(i % 256)) * (i % 3)) for i in range(50)
-    ] + [({}, b""), ({"only": "attrs"}, b"")]
-    flowfiles = wire_flowfiles(_run(packets), "h0st", "h0st:123")
+    ] + [({}, b""), ({"only": "attrs"}, b"")] + [
+        ({"filename": f"r{i % 10}", "seq": str(100 + i)}, b"c" * 7) for i in range(40)
+    ] + [({"uuid-ish": "s2s.h"}, b"s2s.")]
+    flowfiles = wire_flowfiles(_run(packets, spans), "h0st", "h0st:123")
     assert flowfiles is not None and len(flowfiles) == len(packets)
     for ff, (attrs, content) in zip(flowfiles, packets, strict=True):
         assert isinstance(ff, WireFlowFile)
@@ -64,6 +70,7 @@ def test_a_run_whose_packets_may_carry_server_keys_is_left_to_the_per_packet_pat
     assert wire_flowfiles(_run([({"a": "b"}, b"x"), ({"uuid": "mine"}, b"y")]), "h", "h:1") is None
     # the key's bytes inside content also count (cheap check over the whole run; no harm)
     assert wire_flowfiles(_run([({"a": "b"}, b"\x00\x00\x00\x08s2s.host")]), "h", "h:1") is None
+    assert wire_flowfiles(_run([({"a": "b"}, b"x"), ({"s2s.address": "mine"}, b"y")]), "h", "h:1") is None
 
 
 def test_pop_many_stops_at_the_flowfile_that_reaches_the_byte_limit() -> None:
