@@ -14,9 +14,12 @@ from typing import Any
 
 import pytest
 from serverproc import ServerProcess
+from sparkhelp import wait_for
 from test_sink import NODES, drain, flat, run_stream, stream_df, write_files
 
+from pyspark_s2s.client import SiteToSiteClient, SiteToSiteClientConfig
 from pyspark_s2s.errors import ConfigError
+from pyspark_s2s.protocol.codes import Direction
 from pyspark_s2s.spark.commitlog import RingMembers
 from pyspark_s2s.spark.options import SparkOptions
 from pyspark_s2s.spark.routing import HashRing, grow_members, ring_nodes, value_key
@@ -46,6 +49,12 @@ def srv(cluster: ServerProcess) -> Iterator[ServerProcess]:
 def names(srv: ServerProcess) -> list[str]:
     """The nodes' "host:port" names, as the peer list gives them."""
     return [u.split("//")[1].split("/")[0] for u in srv.urls]
+
+
+def listed_peers(srv: ServerProcess) -> list[str]:
+    """The peer list a new client gets now ("host:port")."""
+    with SiteToSiteClient(SiteToSiteClientConfig(urls=srv.url, port_name="in")) as client:
+        return [f"{p.hostname}:{p.port}" for p, _ in client.peer_statuses(Direction.SEND)]
 
 
 def sink_options(srv: ServerProcess, chk: Path | str | None) -> SparkOptions:
@@ -110,6 +119,8 @@ def test_driver_records_members_keeps_a_stopped_one_and_ships_them_to_tasks(srv:
     RingMembers(str(chk)).write(["gone:1"])  # a member from an earlier run that is not listed now
     assert record_ring_members(sink_options(srv, chk)) == ("gone:1", *sorted(names(srv)))
     srv.admin.stop_node(1)
+    # the admin API stops the node just after it answers: wait until the peer list leaves it out
+    wait_for(lambda: names(srv)[1] not in listed_peers(srv), 30, "node 1 to leave the peer list")
     assert record_ring_members(sink_options(srv, chk)) == ("gone:1", *sorted(names(srv)))
     assert RingMembers(str(chk)).read() == ["gone:1", *sorted(names(srv))]
     assert record_ring_members(sink_options(srv, None)) is None  # df.write: each task's peer list
