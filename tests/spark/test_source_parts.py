@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import pickle
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -544,15 +546,71 @@ def test_a_task_that_dies_between_rounds_loses_and_duplicates_nothing(srv: Serve
     staging, part = _rounds_setup(srv, tmp_path, monkeypatch, round_size=30, queued=70, batch=13)
     opts = SparkOptions.parse({"url": srv.url, "portName": "out"})
     it = read_partition(opts, arrow_source_schema(), part, staging)
-    first = next(it)  # round 0 is staged, confirmed and handed to Spark ...
+    first = next(it)  # round 0 is staged, confirmed and handed to Spark (round 1 is pulled meanwhile) ...
     assert first.num_rows == 30
-    it.close()  # ... and the task dies
+    it.close()  # ... and the task dies: the close waits for round 1, which stays staged
     assert staging.done(part.scope, 0) is None
-    assert srv.admin.queued("out") == 40
-    rows = _read(srv, staging, part)  # the retry replays round 0, then reads on
+    assert [(m.flow_files, m.state) for m in staging.rounds(part.scope, 0)] == [(30, RoundState.CONFIRMED)] * 2
+    assert srv.admin.queued("out") == 10
+    rows = _read(srv, staging, part)  # the retry replays rounds 0 and 1, then reads on
     assert sorted(r["uuid"] for r in rows) == sorted(f"id-{i}" for i in range(70))
     assert [m.flow_files for m in staging.rounds(part.scope, 0)] == [30, 30, 10]
     assert srv.admin.queued("out") == 0
+
+
+def test_the_next_round_is_staged_while_spark_takes_this_one(srv: ServerProcess, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the consumer holds round 0's rows, round 1 is received, staged and confirmed (the
+    worker's receive overlaps Spark's take); its rows are handed over after that."""
+    staging, part = _rounds_setup(srv, tmp_path, monkeypatch, round_size=30, queued=70, batch=17)
+    opts = SparkOptions.parse({"url": srv.url, "portName": "out"})
+    it = read_partition(opts, arrow_source_schema(), part, staging)
+    batches = [next(it)]
+    assert batches[0].num_rows == 30
+    deadline = time.monotonic() + 30
+    while srv.admin.queued("out") > 10 and time.monotonic() < deadline:
+        time.sleep(0.02)  # the consumer asks for nothing meanwhile
+    assert srv.admin.queued("out") == 10
+    batches.extend(it)
+    rows = [r for b in batches for r in b.to_pylist()]
+    assert sorted(r["uuid"] for r in rows) == sorted(f"id-{i}" for i in range(70))
+    assert [m.flow_files for m in staging.rounds(part.scope, 0)] == [30, 30, 10]
+    assert [len({r["transactionId"] for r in b.to_pylist()}) for b in batches] == [1, 1, 1]
+
+
+def test_a_round_pulled_ahead_that_fails_fails_the_task_and_loses_nothing(srv: ServerProcess, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Round 1 is pulled while round 0 is handed over; its failure (NiFi refuses the transaction)
+    reaches the task with the partition named, after round 0's rows; the retry replays round 0 and
+    reads the rest, each FlowFile once."""
+    staging, part = _rounds_setup(srv, tmp_path, monkeypatch, round_size=30, queued=70, batch=18)
+    stall = srv.admin.fault("stall", method="GET", path_contains="flow-files", after_packets=5, seconds=1.0)
+    armed = threading.Event()
+
+    def arm() -> None:  # once round 0's download stalls, every new transaction is refused
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if not any(f["id"] == stall["id"] and not f["fired"] for f in srv.admin.faults()):
+                srv.admin.fault("fail_next", method="POST", path_contains="transactions", count=None, status=503)
+                armed.set()
+                return
+            time.sleep(0.01)
+
+    arming = threading.Thread(target=arm, daemon=True)
+    arming.start()
+    opts = SparkOptions.parse({"url": srv.url, "portName": "out"})
+    it = read_partition(opts, arrow_source_schema(), part, staging)
+    first = next(it)
+    arming.join(30)
+    assert armed.is_set() and first.num_rows == 30
+    with pytest.raises(S2SError, match=f"nifi-s2s partition 0 of {part.scope} .*RECEIVE transaction for port out"):
+        next(it)
+    assert [m.flow_files for m in staging.rounds(part.scope, 0)] == [30]
+    assert srv.admin.queued("out") == 40
+    srv.admin.clear_faults()
+    rows = _read(srv, staging, part)
+    assert sorted(r["uuid"] for r in rows) == sorted(f"id-{i}" for i in range(70))
+    assert [m.flow_files for m in staging.rounds(part.scope, 0)] == [30, 30, 10]
 
 
 def test_per_trigger_share_bounds_the_rounds(srv: ServerProcess, tmp_path: Path,
