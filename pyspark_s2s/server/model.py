@@ -338,6 +338,9 @@ class Transaction:
     #: how many FlowFiles it moved, once finished (the history keeps no FlowFile: their content
     #: would stay in memory as long as the last 10,000 transactions are remembered)
     finished_count: int | None = None
+    #: how many of ``flowfiles`` a rollback (cancel, expiry, reset) already gave back or released:
+    #: a download's list is shared with its transfer, which may still add to it and then fail
+    returned: int = 0
 
     @property
     def state(self) -> ServerState:
@@ -596,6 +599,7 @@ class Cluster:
         else:
             for ff in tx.flowfiles:
                 ff.release()
+        tx.returned = len(tx.flowfiles)
 
     def _give_back(self, tx: Transaction) -> None:
         """A receive's FlowFiles back to the head of their queue; when replicating, only those the
@@ -708,7 +712,10 @@ class Cluster:
             if flowfiles is not None:
                 tx.flowfiles = flowfiles
             if not tx.active:
-                # finished meanwhile (admin reset/expire): drop what the transfer still holds
+                # finished meanwhile (a cancel, an expiry, an admin reset): its rollback dealt with
+                # what the transfer had taken by then; what it took afterwards is dropped (reset,
+                # upload) or goes back to the queue (download), once
+                tx.flowfiles = tx.flowfiles[tx.returned:]
                 if tx.outcome == "reset" or tx.direction is Direction.SEND:
                     for ff in tx.flowfiles:
                         ff.release()
@@ -820,6 +827,7 @@ class Cluster:
                     if tx.active:
                         for ff in tx.flowfiles:
                             ff.release()
+                        tx.returned = len(tx.flowfiles)
                         self._finish(tx, ServerEvent.CANCEL, "reset")
                 node.transactions.clear()
                 if node.store is not None and not node.removed:

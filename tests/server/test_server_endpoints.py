@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 import zlib
 
 import pytest
@@ -340,6 +341,35 @@ def test_cancel(srv, s2s: S2S, direction, port) -> None:
     else:
         assert [f["content"] for f in srv.admin.flowfiles("out")] == [b"one", b"two"]
     assert s2s.commit(tx, 12).status_code == 404
+
+
+def test_a_receive_canceled_while_its_download_streams_gives_each_flowfile_back_once(srv) -> None:
+    """A cancel that arrives while the server is still writing the download rolls back what the
+    transfer had taken; when the broken download is then rolled back too, only what it took
+    afterwards goes back to the queue (each FlowFile taken before the cancel was given back twice)."""
+    from pyspark_s2s.client import SiteToSiteClient
+
+    n = 20_000
+    srv.admin.enqueue("out", [({"uuid": f"id-{i}"}, b"x" * 2000) for i in range(n)])  # 40 MB: past any socket buffer
+    with SiteToSiteClient(url=srv.url, portName="out", timeout=30) as client:
+        tx = client.create_transaction("receive")
+        assert tx.receive_record_batch(100).num_rows == 100  # the server is still writing the rest
+        tx.cancel("the test stops reading")
+    seen = set()
+    deadline = time.monotonic() + 3  # the broken download is noticed once the client's socket is closed
+    while time.monotonic() < deadline:
+        seen.add(srv.admin.queued("out"))
+        time.sleep(0.05)
+    assert seen == {n}
+    got: list[str] = []
+    with SiteToSiteClient(url=srv.url, portName="out", timeout=30) as client:
+        while srv.admin.queued("out"):
+            rx = client.create_transaction("receive")
+            while (b := rx.receive_record_batch()) is not None:
+                got.extend(m["uuid"] for m in (dict(a) for a in b.column(1).to_pylist()))
+            rx.confirm()
+            rx.complete()
+    assert got == [f"id-{i}" for i in range(n)]  # each once, in queue order
 
 
 @pytest.mark.parametrize("direction,port", [(SEND, "in"), (RECEIVE, "out")])
