@@ -17,7 +17,7 @@ How a partition is read (``read_partition``; docs/spark.md, "Delivery: exactly o
    server refused (bad checksum, expired) or that never reached it (connection refused) drops
    the staged round: NiFi did not commit, so it rolls back and the retry reads the FlowFiles again.
    While a round's rows are handed to Spark, the next round goes through step 3 on a helper
-   thread (:class:`_RoundAhead`): the worker's receive overlaps Spark's take.
+   thread (:class:`_Ahead`): the worker's receive overlaps Spark's take.
 
 A crash before the confirm leaves the NiFi transaction unconfirmed: NiFi rolls it back after its
 TTL and the retry pulls again. A crash after it replays the staged rows.
@@ -27,11 +27,12 @@ Must not import: the server. Talks to NiFi only through :class:`SiteToSiteClient
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -261,18 +262,35 @@ def _read_direct(opts: SparkOptions, rows: Rows, part: NiFiPartition) -> Iterato
     try:
         with _open(client, part) as tx:
             received_at = int(time.time() * 1e6)
-            while True:
-                batch = tx.receive_record_batch(_BATCH_ROWS, _BATCH_BYTES)
-                if batch is None:
-                    break
-                yield from rows.output(batch, peer=f"{tx.peer.hostname}:{tx.peer.port}",
-                                       transaction_id=tx.transaction_id, received_at_us=received_at)
+            # closed before the transaction is (a receive in progress finishes first)
+            with contextlib.closing(_received_ahead(tx, f"nifi-s2s-{part.scope}-{part.index}")) as batches:
+                for batch in batches:
+                    yield from rows.output(batch, peer=f"{tx.peer.hostname}:{tx.peer.port}",
+                                           transaction_id=tx.transaction_id, received_at_us=received_at)
             tx.confirm()
             tx.complete()
             rows.end_round(f"nifi-s2s partition {part.index} of {part.scope} (peer {tx.peer.hostname}:"
                            f"{tx.peer.port}, transaction {tx.transaction_id})")
     finally:
         client.close()
+
+
+def _received_ahead(tx: Any, name: str) -> Generator[Any, None, None]:
+    """The transaction's record batches, each next one received on a helper thread while the
+    caller hands over the current one. Closing early waits for the receive in progress (the
+    caller then cancels the transaction)."""
+    ahead = _Ahead(name)
+
+    def receive() -> Any:
+        return tx.receive_record_batch(_BATCH_ROWS, _BATCH_BYTES)
+
+    try:
+        ahead.start(receive)
+        while (batch := ahead.result()) is not None:
+            ahead.start(receive)
+            yield batch
+    finally:
+        ahead.outcome()
 
 
 def _read_staged(opts: SparkOptions, rows: Rows, part: NiFiPartition, staging: StagingArea) -> Iterator[Any]:
@@ -311,7 +329,7 @@ def _read_staged(opts: SparkOptions, rows: Rows, part: NiFiPartition, staging: S
         in_doubt.refresh()  # one listing a round: a record written meanwhile counts from the next
         return _pull_and_stage(client, opts, part, staging, round_, peer_, in_doubt)
 
-    ahead = _RoundAhead(f"nifi-s2s-{part.scope}-{part.index}")
+    ahead = _Ahead(f"nifi-s2s-{part.scope}-{part.index}")
     try:
         pulled: RoundManifest | None = pull(k, got_rows, got_bytes, peer)
         while pulled is not None:
@@ -326,7 +344,7 @@ def _read_staged(opts: SparkOptions, rows: Rows, part: NiFiPartition, staging: S
                 yield from _replay(staging, m, rows)
                 return
             # the next round is received and staged while Spark takes this one's rows (the worker
-            # otherwise waits on Spark's socket, then Spark on the worker): its rows are staged
+            # would otherwise wait on Spark's socket, then Spark on the worker): its rows are staged
             # and confirmed before any of them is handed over, as for the first round
             ahead.start(pull, k, got_rows, got_bytes, peer)
             yield from _replay(staging, m, rows)
@@ -341,7 +359,7 @@ def _read_staged(opts: SparkOptions, rows: Rows, part: NiFiPartition, staging: S
             c.close()
 
 
-class _RoundAhead:
+class _Ahead:
     """Runs one call at a time on a helper thread; :meth:`result` hands back its value or raises
     its exception in the caller's thread."""
 

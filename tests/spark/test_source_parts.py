@@ -457,6 +457,33 @@ def test_batch_read_without_staging_cancels_when_the_task_stops_early(srv: Serve
     assert srv.admin.queued("out") == 100
 
 
+def test_batch_read_stopped_while_the_next_batch_is_received_cancels_it(srv: ServerProcess) -> None:
+    """The next record batch is received on a helper thread while the task hands over the
+    current one; a task that stops then waits for that receive and cancels the transaction."""
+    _fill(srv, 40_000)  # three batches of at most 16,384 rows
+    opts = SparkOptions.parse({"url": srv.url, "portName": "out"})
+    it = read_partition(opts, arrow_source_schema(), NiFiPartition("read-y", 0, _peer(srv), staged=False), None)
+    assert next(it).num_rows == 16_384
+    it.close()
+    assert srv.admin.queued("out") == 40_000
+    rows = sum(b.num_rows for b in read_partition(opts, arrow_source_schema(),
+                                                   NiFiPartition("read-z", 0, _peer(srv), staged=False), None))
+    assert rows == 40_000 and srv.admin.queued("out") == 0
+
+
+def test_batch_read_whose_download_breaks_after_a_batch_fails_and_loses_nothing(srv: ServerProcess) -> None:
+    """The connection drops after the first batch was handed over: the error (received on the
+    helper thread) fails the task naming the partition, and NiFi keeps every FlowFile."""
+    _fill(srv, 40_000)
+    srv.admin.fault("drop_mid_body", method="GET", path_contains="flow-files", after_packets=20_000)
+    opts = SparkOptions.parse({"url": srv.url, "portName": "out"})
+    it = read_partition(opts, arrow_source_schema(), NiFiPartition("read-w", 0, _peer(srv), staged=False), None)
+    assert next(it).num_rows == 16_384
+    with pytest.raises(S2SError, match="nifi-s2s partition 0 of read-w"):
+        next(it)
+    assert srv.admin.queued("out") == 40_000
+
+
 def test_a_large_flowfile_is_not_held_twice(srv: ServerProcess, tmp_path: Path) -> None:
     """A 200 MiB FlowFile: received, staged and replayed with about one copy in memory."""
     import os
