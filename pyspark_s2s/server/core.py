@@ -556,9 +556,9 @@ class Download:
         if self.size_limit > 0:
             max_bytes = min(max_bytes, self.size_limit - self.sent_bytes)
         with self.app.cluster.lock:
-            batch = self.port.pop_many(limit, max_bytes)
+            batch, size = self.port.take(limit, max_bytes)
         sent.extend(batch)
-        self.sent_bytes += sum(ff.size for ff in batch)
+        self.sent_bytes += size
         return batch
 
     def finish(self, checksum: int) -> None:
@@ -566,7 +566,7 @@ class Download:
         client can have read the end, so its confirmation never finds it still transferring)."""
         self._done = True
         try:
-            self.app.cluster.end_transfer(self.tx, self.sent, checksum)
+            self.app.cluster.end_transfer(self.tx, self.sent, checksum, self.sent_bytes)
         except TransactionStateError:
             self.app.cluster.fail(self.tx, "transaction ended during the download", self.sent)
 

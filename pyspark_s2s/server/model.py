@@ -278,6 +278,10 @@ class Port:
     def pop_many(self, limit: int, max_bytes: int) -> list[FlowFile]:
         """Up to ``limit`` FlowFiles from the head of the queue, stopping after the one that
         brings their total size to ``max_bytes`` or more."""
+        return self.take(limit, max_bytes)[0]
+
+    def take(self, limit: int, max_bytes: int) -> tuple[list[FlowFile], int]:
+        """:meth:`pop_many` and the total size of what it took (a download's byte count)."""
         queue = self.queue
         take = queue.popleft
         out = [take() for _ in range(min(limit, len(queue)))]
@@ -286,8 +290,9 @@ class Port:
             keep = bisect_left(sizes, max_bytes) + 1  # up to the one that reaches max_bytes
             queue.extendleft(reversed(out[keep:]))
             del out[keep:], sizes[keep:]
-        self.queued_bytes -= sizes[-1] if sizes else 0
-        return out
+        total = sizes[-1] if sizes else 0
+        self.queued_bytes -= total
+        return out, total
 
     def pop(self) -> FlowFile | None:
         if not self.queue:
@@ -689,11 +694,13 @@ class Cluster:
         with self.lock:
             tx.machine.handle(ServerEvent.BEGIN_TRANSFER)
 
-    def end_transfer(self, tx: Transaction, flowfiles: list[FlowFile], checksum: int) -> None:
-        """The upload/download finished with data: the server holds the transaction."""
+    def end_transfer(self, tx: Transaction, flowfiles: list[FlowFile], checksum: int,
+                     size: int | None = None) -> None:
+        """The upload/download finished with data: the server holds the transaction. ``size``:
+        the FlowFiles' total size when the transfer counted it (else it is summed here)."""
         with self.lock:
             tx.flowfiles = flowfiles
-            tx.bytes = sum(map(_size, flowfiles))
+            tx.bytes = sum(map(_size, flowfiles)) if size is None else size
             tx.checksum = checksum
             tx.machine.handle(ServerEvent.END_TRANSFER)
             tx.last_communication = self.clock()
