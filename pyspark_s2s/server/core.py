@@ -556,7 +556,7 @@ class Download:
         if self.size_limit > 0:
             max_bytes = min(max_bytes, self.size_limit - self.sent_bytes)
         with self.app.cluster.lock:
-            batch, size = self.port.take(limit, max_bytes)
+            batch, size = self.port.pop_many(limit, max_bytes)
         sent.extend(batch)
         self.sent_bytes += size
         return batch

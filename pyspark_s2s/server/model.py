@@ -275,13 +275,9 @@ class Port:
             self.queue.appendleft(ff)
             self.queued_bytes += ff.size
 
-    def pop_many(self, limit: int, max_bytes: int) -> list[FlowFile]:
+    def pop_many(self, limit: int, max_bytes: int) -> tuple[list[FlowFile], int]:
         """Up to ``limit`` FlowFiles from the head of the queue, stopping after the one that
-        brings their total size to ``max_bytes`` or more."""
-        return self.take(limit, max_bytes)[0]
-
-    def take(self, limit: int, max_bytes: int) -> tuple[list[FlowFile], int]:
-        """:meth:`pop_many` and the total size of what it took (a download's byte count)."""
+        brings their total size to ``max_bytes`` or more; and that total size."""
         queue = self.queue
         take = queue.popleft
         out = [take() for _ in range(min(limit, len(queue)))]

@@ -17,7 +17,7 @@ How a partition is read (``read_partition``; docs/spark.md, "Delivery: exactly o
    server refused (bad checksum, expired) or that never reached it (connection refused) drops
    the staged round: NiFi did not commit, so it rolls back and the retry reads the FlowFiles again.
    While a round's rows are handed to Spark, the next round goes through step 3 on a helper
-   thread (:class:`_Ahead`): the worker's receive overlaps Spark's take.
+   thread (:class:`~pyspark_s2s.spark.ahead.Ahead`): the worker's receive overlaps Spark's take.
 
 A crash before the confirm leaves the NiFi transaction unconfirmed: NiFi rolls it back after its
 TTL and the retry pulls again. A crash after it replays the staged rows.
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Generator, Iterator
@@ -54,6 +53,7 @@ from pyspark_s2s.errors import (
     TransactionNotFoundError,
 )
 from pyspark_s2s.protocol.codes import Direction
+from pyspark_s2s.spark.ahead import Ahead
 from pyspark_s2s.spark.compat import (
     ADMISSION_CONTROL,
     ReadAllAvailable,
@@ -279,7 +279,7 @@ def _received_ahead(tx: Any, name: str) -> Generator[Any, None, None]:
     """The transaction's record batches, each next one received on a helper thread while the
     caller hands over the current one. Closing early waits for the receive in progress (the
     caller then cancels the transaction)."""
-    ahead = _Ahead(name)
+    ahead = Ahead(name)
 
     def receive() -> Any:
         return tx.receive_record_batch(_BATCH_ROWS, _BATCH_BYTES)
@@ -329,7 +329,7 @@ def _read_staged(opts: SparkOptions, rows: Rows, part: NiFiPartition, staging: S
         in_doubt.refresh()  # one listing a round: a record written meanwhile counts from the next
         return _pull_and_stage(client, opts, part, staging, round_, peer_, in_doubt)
 
-    ahead = _Ahead(f"nifi-s2s-{part.scope}-{part.index}")
+    ahead = Ahead(f"nifi-s2s-{part.scope}-{part.index}")
     try:
         pulled: RoundManifest | None = pull(k, got_rows, got_bytes, peer)
         while pulled is not None:
@@ -357,44 +357,6 @@ def _read_staged(opts: SparkOptions, rows: Rows, part: NiFiPartition, staging: S
             logger.info("partition %s/%d: the round pulled ahead failed too: %s", part.scope, part.index, error)
         for c in clients.values():
             c.close()
-
-
-class _Ahead:
-    """Runs one call at a time on a helper thread; :meth:`result` hands back its value or raises
-    its exception in the caller's thread."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-        self._thread: threading.Thread | None = None
-        self._value: Any = None
-        self._error: BaseException | None = None
-
-    def start(self, fn: Any, *args: Any) -> None:
-        assert self._thread is None, "one call at a time"
-        self._value = self._error = None
-
-        def run() -> None:
-            try:
-                self._value = fn(*args)
-            except BaseException as exc:  # noqa: BLE001 (handed to the caller's thread by result())
-                self._error = exc
-
-        self._thread = threading.Thread(target=run, name=self._name, daemon=True)
-        self._thread.start()
-
-    def result(self) -> Any:
-        error = self.outcome()
-        if error is not None:
-            raise error
-        return self._value
-
-    def outcome(self) -> BaseException | None:
-        """Wait for the call in progress, if any; the exception it raised (once), or None."""
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        error, self._error = self._error, None
-        return error
 
 
 def _pull_and_stage(client: SiteToSiteClient, opts: SparkOptions, part: NiFiPartition, staging: StagingArea,

@@ -77,12 +77,12 @@ def test_pop_many_stops_at_the_flowfile_that_reaches_the_byte_limit() -> None:
     port = Port("p", "id", "output")
     port.push([FlowFile({"i": str(i)}, Content.of(b"x" * 10)) for i in range(10)])
     assert port.queued_bytes == 100
-    got = port.pop_many(100, 25)
-    assert [ff.attributes["i"] for ff in got] == ["0", "1", "2"]
+    got, size = port.pop_many(100, 25)
+    assert [ff.attributes["i"] for ff in got] == ["0", "1", "2"] and size == 30
     assert port.queued_bytes == 70 and len(port.queue) == 7
-    assert [ff.attributes["i"] for ff in port.pop_many(2, 1 << 20)] == ["3", "4"]
-    assert len(port.pop_many(100, 1 << 20)) == 5 and port.queued_bytes == 0
-    assert port.pop_many(5, 10) == []
+    assert [ff.attributes["i"] for ff in port.pop_many(2, 1 << 20)[0]] == ["3", "4"]
+    assert len(port.pop_many(100, 1 << 20)[0]) == 5 and port.queued_bytes == 0
+    assert port.pop_many(5, 10) == ([], 0)
 
 
 def test_mixed_upload_comes_back_in_order_with_server_attributes(srv, s2s: S2S) -> None:
