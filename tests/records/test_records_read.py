@@ -137,6 +137,24 @@ def test_avro_with_the_apache_writer_and_inference() -> None:
     assert got == [{"e": "B", "t": dt.time(1, 2, 3, 4000), "u": str(u)}, {"e": None, "t": None, "u": None}]
 
 
+@pytest.mark.parametrize("codec", ["null", "deflate", "snappy", "bzip2"])
+def test_an_avro_container_without_records_is_zero_rows_for_every_codec(codec: str) -> None:
+    # NiFi's AvroRecordSetWriter writes the header alone for an empty record set; polars failed on
+    # that for deflate and snappy, so such a FlowFile was read as malformed
+    import avro.datafile
+    import avro.io
+    import avro.schema
+
+    schema = {"type": "record", "name": "nifiRecord", "namespace": "org.apache.nifi",
+              "fields": [{"name": "id", "type": ["long", "null"]}]}
+    buf = io.BytesIO()
+    w = avro.datafile.DataFileWriter(buf, avro.io.DatumWriter(), avro.schema.parse(json.dumps(schema)), codec=codec)
+    w.flush()
+    data = buf.getvalue()
+    assert _rows(data, "avro", pa.schema([("id", pa.int64())])) == []
+    assert [f.name for f in infer_arrow_schema(data, "avro")] == ["id"]
+
+
 def test_avro_that_is_not_a_container_nor_has_a_schema_attribute() -> None:
     schema = pa.schema([("id", pa.int64())])
     with pytest.raises(MalformedRecordSet, match="no avro.schema attribute"):
