@@ -7,7 +7,8 @@ the metadata columns with Arrow compute (no Python object per row).
 
 Record mode (``recordFormat``): :func:`make_rows` gives the object that turns staged FlowFiles
 into output batches in either mode (:class:`FlowFileRows`, :class:`RecordRows`: each FlowFile's
-record set parsed by ``pyspark_s2s.records.read``, malformed ones handled per ``mode``),
+record set parsed by ``pyspark_s2s.records.read``, small ones together by
+``pyspark_s2s.records.grouped``, malformed ones handled per ``mode``),
 :func:`check_record_schema` (the user's schema, checked on the driver), and
 :func:`spark_schema_from_arrow` (an inferred Arrow schema as Spark types).
 
@@ -269,6 +270,9 @@ class FlowFileRows:
 
 #: rows gathered from small FlowFiles before they are handed to Spark as one batch
 _COALESCE_ROWS = 65536
+#: a group of small FlowFiles that does not read as one is halved until this many are left, which
+#: are read one by one (records.grouped)
+_ALONE = 8
 
 
 class RecordRows:
@@ -307,9 +311,27 @@ class RecordRows:
 
     def output(self, batch: Any, *, peer: str, transaction_id: str, received_at_us: int) -> Iterator[Any]:
         """The rows of the FlowFiles in one staged batch (``content``, ``attributes``)."""
+        pending: list[Any] = []
+        size = 0
+        for part in self._parts(batch, peer, transaction_id):
+            pending.append(part)
+            size += part.num_rows
+            if size >= _COALESCE_ROWS:
+                yield from self._flush(pending)
+                pending, size = [], 0
+        if pending:
+            yield from self._flush(pending)
+
+    def _parts(self, batch: Any, peer: str, transaction_id: str) -> Iterator[Any]:
+        """Each FlowFile's rows in order: small ones read together (``records.grouped``), the
+        others, and a group that does not read as one, one by one."""
         import pyarrow as pa
 
-        from pyspark_s2s.records.read import read_record_set
+        from pyspark_s2s.records.grouped import (
+            GROUPED_FORMATS,
+            SMALL_RECORD_SET,
+            RecordSetGroup,
+        )
 
         content = batch.column(0)
         attributes = batch.column(1)
@@ -320,41 +342,109 @@ class RecordRows:
         offsets = pa.Array.from_buffers(offset_type, len(content) + 1, [None, bufs[1]],
                                         offset=content.offset).to_pylist()
         values = bufs[2] or pa.py_buffer(b"")
+        view = memoryview(values)
         nulls = content.is_null().to_pylist()
-        pending: list[Any] = []
-        size = 0
+        group = RecordSetGroup(self.fmt, self.target, self.settings) if self.fmt in GROUPED_FORMATS else None
+        members: list[tuple[int, bytes]] = []  # (batch row, content) of the FlowFiles the group holds
+
+        def content_of(i: int) -> Any:
+            return pa.py_buffer(b"") if nulls[i] else values.slice(offsets[i], offsets[i + 1] - offsets[i])
+
+        where = (attributes, peer, transaction_id, content_of)
         for i in range(batch.num_rows):
             self.flow_files += 1
-            attrs = dict(attributes[i].as_py())
-            ff_uuid = attrs.get("uuid")
-            data = pa.py_buffer(b"") if nulls[i] else values.slice(offsets[i], offsets[i + 1] - offsets[i])
-            parsed = read_record_set(data, self.fmt, self.target, self.settings, attributes=attrs)
-            try:
-                if self.mode != "FAILFAST":
-                    # all or nothing: the whole FlowFile is parsed before any of its rows is kept
-                    parsed = iter(list(parsed))
-                for part in parsed:
-                    if part.num_rows:
-                        pending.append(self._with_meta(part, attributes, i, ff_uuid))
-                        size += part.num_rows
-                    if size >= _COALESCE_ROWS:
-                        yield from self._flush(pending)
-                        pending, size = [], 0
-            except MalformedRecordSet as exc:
-                if self.mode == "FAILFAST":
-                    raise MalformedRecordSet(
-                        f"FlowFile {ff_uuid or '(no uuid)'} is not a readable {self.fmt} record set "
-                        f"(mode=FAILFAST; PERMISSIVE or DROPMALFORMED keep the query going): {exc.message}",
-                        peer=peer, transaction=transaction_id) from None
-                self.malformed.append((ff_uuid or "(no uuid)", exc.message))
-                if self.mode == "PERMISSIVE":
-                    pending.append(self._with_meta(self._null_row(), attributes, i, ff_uuid, raw=data))
-                    size += 1
-            if size >= _COALESCE_ROWS:
-                yield from self._flush(pending)
-                pending, size = [], 0
-        if pending:
-            yield from self._flush(pending)
+            start, length = offsets[i], offsets[i + 1] - offsets[i]
+            if group is not None and length <= SMALL_RECORD_SET:
+                data = b"" if nulls[i] else bytes(view[start:start + length])
+                took = group.add(data)
+                if took is None:  # another header: read the group held, then start the next
+                    yield from self._group(group, members, where)
+                    members = []
+                    took = group.add(data)
+                if took:
+                    members.append((i, data))
+                    if group.full():
+                        yield from self._group(group, members, where)
+                        members = []
+                    continue
+            if members:
+                yield from self._group(group, members, where)
+                members = []
+            yield from self._one(i, where)
+        if members:
+            yield from self._group(group, members, where)
+
+    def _group(self, group: Any, members: list[tuple[int, bytes]], where: tuple[Any, str, str, Any]) -> Iterator[Any]:
+        """The rows of the FlowFiles ``members`` ((batch row, content)) held by ``group``, read in
+        one parse. When they do not read together (a malformed FlowFile among them), each half is
+        read as a group of its own, down to a few FlowFiles read one by one: one bad FlowFile
+        costs a few joined parses, not a parse per FlowFile of the group."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        try:
+            part, counts = group.read()
+        except MalformedRecordSet:
+            if len(members) <= _ALONE:
+                for i, _ in members:
+                    yield from self._one(i, where)
+                return
+            half = len(members) // 2
+            for some in (members[:half], members[half:]):
+                for i, data in some:
+                    if not group.add(data):  # cannot be: they were one group, with one key
+                        raise RuntimeError(f"record mode: FlowFile {i} of a group was refused by half of it")
+                yield from self._group(group, some, where)
+            return
+        if not part.num_rows:
+            return
+        attributes = where[0]
+        parents = None
+        if self.uuid_col or self.attrs_col:
+            bounds = [0]
+            for c in counts:
+                bounds.append(bounds[-1] + c)
+            local = pc.list_parent_indices(pa.ListArray.from_arrays(pa.array(bounds, pa.int32()),
+                                                                    pa.nulls(bounds[-1], pa.int8())))
+            parents = pa.array([i for i, _ in members], pa.int64()).take(local)
+        columns = []
+        for f in self.arrow:
+            if f.name == self.corrupt:
+                columns.append(pa.nulls(part.num_rows, f.type))
+            elif f.name == self.uuid_col:
+                uuids = pc.map_lookup(attributes, pa.scalar("uuid"), "last")
+                columns.append(uuids.take(parents).cast(f.type))
+            elif f.name == self.attrs_col:
+                columns.append(attributes.take(parents).cast(f.type))
+            else:
+                columns.append(part.column(f.name))
+        yield pa.RecordBatch.from_arrays(columns, schema=self.arrow)
+
+    def _one(self, i: int, where: tuple[Any, str, str, Any]) -> Iterator[Any]:
+        """The rows of the FlowFile in batch row ``i``, read alone."""
+        from pyspark_s2s.records.read import read_record_set
+
+        attributes, peer, transaction_id, content_of = where
+        data = content_of(i)
+        attrs = dict(attributes[i].as_py())
+        ff_uuid = attrs.get("uuid")
+        parsed = read_record_set(data, self.fmt, self.target, self.settings, attributes=attrs)
+        try:
+            if self.mode != "FAILFAST":
+                # all or nothing: the whole FlowFile is parsed before any of its rows is kept
+                parsed = iter(list(parsed))
+            for part in parsed:
+                if part.num_rows:
+                    yield self._with_meta(part, attributes, i, ff_uuid)
+        except MalformedRecordSet as exc:
+            if self.mode == "FAILFAST":
+                raise MalformedRecordSet(
+                    f"FlowFile {ff_uuid or '(no uuid)'} is not a readable {self.fmt} record set "
+                    f"(mode=FAILFAST; PERMISSIVE or DROPMALFORMED keep the query going): {exc.message}",
+                    peer=peer, transaction=transaction_id) from None
+            self.malformed.append((ff_uuid or "(no uuid)", exc.message))
+            if self.mode == "PERMISSIVE":
+                yield self._with_meta(self._null_row(), attributes, i, ff_uuid, raw=data)
 
     def _flush(self, parts: list[Any]) -> Iterator[Any]:
         import pyarrow as pa

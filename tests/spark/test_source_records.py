@@ -6,6 +6,7 @@ attribute columns; schema errors on the driver."""
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from pathlib import Path
@@ -85,6 +86,8 @@ def test_every_avro_codec_nifi_offers(spark: Any, srv: ServerProcess) -> None:
 
     flat = [n for n in rs.FORMAT_FIELDS["avro"] if n != "props"]  # read by the polars path
     items = [(rs.avro_ocf(rs.ROWS, flat, codec), {"codec": codec}) for codec in ("null", "deflate", "snappy", "bzip2")]
+    # what NiFi writes for no records: the header alone (each is zero rows, not a malformed FlowFile)
+    items += [(rs.avro_ocf([], flat, codec), {"codec": f"empty {codec}"}) for codec in ("null", "deflate", "snappy")]
     # Apache's Python avro package writes no xz (NiFi's "LZO" setting): fastavro writes that one
     import io
     buf = io.BytesIO()
@@ -103,6 +106,7 @@ def test_every_avro_codec_nifi_offers(spark: Any, srv: ServerProcess) -> None:
         if codec in ("null", "deflate", "snappy", "bzip2"):
             want = [{**w, "props": None} for w in want]  # those files have no props field
         assert by_id(mine) == by_id(want), codec
+    assert not [r for r in got if r["codec"].startswith("empty")]
 
 
 def test_a_streaming_read_of_record_sets(spark: Any, srv: ServerProcess, tmp_path: Path) -> None:
@@ -253,6 +257,61 @@ def test_malformed_flowfiles_are_counted_in_a_warning_per_round(srv: ServerProce
         again = [r for b in read_partition(opts, make_rows(schema, opts), part, staging) for r in b.to_pylist()]
     assert again == rows
     assert any("3 of 5 FlowFiles" in r.getMessage() for r in caplog.records)
+
+
+def _small_record_sets(fmt: str) -> tuple[list[tuple[bytes, dict[str, str]]], dict[str, list[int]]]:
+    """60 small FlowFiles of ``fmt`` (0 to 3 records each, ids by FlowFile), one malformed, and
+    for JSON one pretty-printed; with the ids each FlowFile holds, by name."""
+    flat = [n for n in rs.FORMAT_FIELDS["avro"] if n != "props"]
+    items, ids = [], {}
+    for k in range(60):
+        recs = [{**{n: None for n, _ in rs.FIELDS}, "id": 100 * k + j, "name": f"n{k}-{j}"} for j in range(k % 4)]
+        content = rs.avro_ocf(recs, flat) if fmt == "avro" else rs.record_set(fmt, recs)
+        if k == 17:
+            content = {"json": b'[{"id": "x"}]', "csv": content + b"not,a,row\n", "avro": content[:-20] + bytes(20)}[fmt]
+        elif k == 31 and fmt == "json":
+            content = json.dumps(json.loads(content), indent=2).encode()
+        items.append((content, {"name": f"ff-{k}", "k": str(k)}))
+        ids[f"ff-{k}"] = [] if k == 17 else [r["id"] for r in recs]
+    return items, ids
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv", "avro"])
+def test_small_flowfiles_read_together_keep_their_own_rows_uuid_and_attributes(spark: Any, srv: ServerProcess,
+                                                                               tmp_path: Path, fmt: str) -> None:
+    from pyspark.sql.types import StructType
+
+    from pyspark_s2s.spark.options import SparkOptions
+    from pyspark_s2s.spark.schema import make_rows
+    from pyspark_s2s.spark.source import NiFiPartition, read_partition
+    from pyspark_s2s.spark.staging import StagingArea, batch_scope
+
+    items, ids = _small_record_sets(fmt)
+    uuids = send(srv, items)
+    opts = SparkOptions.parse({"url": srv.url, "portName": "out", "recordFormat": fmt, "mode": "PERMISSIVE",
+                               "includeAttributes": "true"})
+    schema = StructType.fromDDL("id BIGINT, name STRING, _corrupt_record STRING, _uuid STRING, "
+                                "_attributes MAP<STRING, STRING>")
+    peer = srv.url.split("//")[1].split("/")[0]
+    part = NiFiPartition(batch_scope(0), 0, peer)
+    staging = StagingArea(str(tmp_path / "staging"))
+    rows = [r for b in read_partition(opts, make_rows(schema, opts), part, staging) for r in b.to_pylist()]
+    # every FlowFile's records, in order, each row with its own FlowFile's uuid and attributes
+    want = []
+    for name, wanted in ids.items():
+        if name == "ff-17":
+            want.append((None, None, True, uuids[name], name))
+        want += [(i, f"n{int(name[3:])}-{i % 100}", False, uuids[name], name) for i in wanted]
+    got = [(r["id"], r["name"], r["_corrupt_record"] is not None, r["_uuid"], dict(r["_attributes"])["name"])
+           for r in rows]
+    assert got == want
+    assert all(dict(r["_attributes"])["uuid"] == r["_uuid"] for r in rows)
+    bad = next(r for r in rows if r["_corrupt_record"] is not None)
+    assert bad["_corrupt_record"] == items[17][0].decode("utf-8", "replace")
+    # a replay of the staged round reads the same rows
+    again = [r for b in read_partition(opts, make_rows(schema, opts), part, staging) for r in b.to_pylist()]
+    assert again == rows
+    assert srv.admin.queued("out") == 0
 
 
 # -- schema errors on the driver ------------------------------------------------------------------

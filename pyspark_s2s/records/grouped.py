@@ -1,0 +1,290 @@
+"""Reading many small record sets in one parse: consecutive FlowFiles of one format -> one Arrow
+batch, with each FlowFile's record count.
+
+Owns: :class:`RecordSetGroup`. Every parse of a record set has a fixed cost (a JSON or CSV reader
+set up, an Avro container opened, the result conformed to the target schema): about 0.1-0.3 ms,
+which dominates when a FlowFile holds a few records (one Kafka message per FlowFile, SplitRecord's
+output). A group joins small FlowFiles into one input the format's reader takes in one call, and
+keeps where each FlowFile's records start:
+
+* JSON: each FlowFile becomes one line ``{"records": [...]}`` (its top-level array as it is, or its
+  one-object-per-line records joined into an array); the list offsets are the boundaries;
+* Avro: the data blocks of containers with the same header (schema, codec) are written after one
+  header with one sync marker (with codec null, as one block); each block carries its record count;
+* CSV: the bodies of FlowFiles with the same header line follow one header; a FlowFile whose
+  content holds no escape character or carriage return, and an even number of quotes on every
+  line (no quoted value spans lines), has one record per non-empty line.
+
+A content that does not have such a form is not taken (:meth:`RecordSetGroup.add` says so, and the
+caller parses it alone); and when the joined input does not read, or gives other counts than the
+boundaries say, :meth:`RecordSetGroup.read` raises :class:`~pyspark_s2s.errors.MalformedRecordSet`
+and the caller parses the group's FlowFiles one by one, as :func:`~pyspark_s2s.records.read.read_record_set`
+(so a malformed FlowFile is still found and named alone, and the rows are the same either way).
+Parquet files are not joined (each has its own footer; NiFi's Parquet FlowFiles are large).
+
+Must not import: pyspark, the server.
+"""
+
+from __future__ import annotations
+
+import io
+from itertools import pairwise
+from typing import Any
+
+import pyarrow as pa
+
+from pyspark_s2s.errors import MalformedRecordSet
+from pyspark_s2s.records.read import (
+    _ARROW_ERRORS,
+    AVRO_FAST_CODECS,
+    ReadSettings,
+    _avro_blocks,
+    _avro_header,
+    _avro_polars,
+    _block_size,
+    _csv,
+    _has_temporal,
+    _json_read_type,
+    _polars_reads,
+    conform,
+)
+
+__all__ = ["GROUPED_FORMATS", "SMALL_RECORD_SET", "RecordSetGroup"]
+
+#: formats whose small FlowFiles are read together
+GROUPED_FORMATS = ("json", "avro", "csv")
+#: a FlowFile of at most this many bytes joins a group (larger ones gain little: their parse
+#: outweighs the fixed cost)
+SMALL_RECORD_SET = 256 * 1024
+#: a group is read once it holds this many bytes or FlowFiles
+GROUP_BYTES = 8 << 20
+GROUP_FLOWFILES = 8192
+_WHITESPACE = b" \t\r\n\f\v"
+_JSON_SPACE = b" \t\r\n"  # JSON's whitespace
+_SYNC = b"pyspark-s2s-sync"  # the joined container's sync marker (any 16 bytes do)
+_BOM = b"\xef\xbb\xbf"
+
+
+class RecordSetGroup:
+    """Consecutive small FlowFiles of one format, read in one parse (see the module doc).
+
+    ``add(content)`` takes a FlowFile's content (``bytes``) or refuses it: ``False`` when it cannot
+    be joined at all (read it alone), ``None`` when it can but not with the FlowFiles already held
+    (another header: read the group, then add it to the emptied group). ``read()`` gives one batch
+    of exactly ``target`` and each added FlowFile's record count, in the order added, and empties
+    the group.
+    """
+
+    def __init__(self, fmt: str, target: pa.Schema, settings: ReadSettings | None = None) -> None:
+        if fmt not in GROUPED_FORMATS:
+            raise ValueError(f"record format {fmt!r} is not read in groups ({', '.join(GROUPED_FORMATS)} are)")
+        self.fmt = fmt
+        self.target = target
+        self.settings = settings or ReadSettings()
+        self._key: Any = None
+        self._pieces: list[Any] = []
+        self._bytes = 0
+        self._avro_codec: dict[bytes, str | None] = {}  # header -> its codec; None: polars cannot read it
+        self._avro_last = b""  # the header of the last container taken
+
+    def __len__(self) -> int:
+        return len(self._pieces)
+
+    def full(self) -> bool:
+        return self._bytes >= GROUP_BYTES or len(self._pieces) >= GROUP_FLOWFILES
+
+    def add(self, content: bytes) -> bool | None:
+        if len(content) > SMALL_RECORD_SET or content.startswith(_BOM):
+            return False
+        prepared = (_json_piece(content) if self.fmt == "json" else
+                    _csv_piece(content, self.settings) if self.fmt == "csv" else self._avro_piece(content))
+        if prepared is None:
+            return False
+        key, piece = prepared
+        if key is not _ANY:  # an empty content (key _ANY) joins any group
+            if self._key is None or self._key is _ANY:
+                self._key = key
+            elif key != self._key:
+                return None
+        elif self._key is None:
+            self._key = _ANY
+        self._pieces.append(piece)
+        self._bytes += len(content)
+        return True
+
+    def read(self) -> tuple[pa.RecordBatch, list[int]]:
+        pieces, key = self._pieces, self._key
+        self._pieces, self._key, self._bytes = [], None, 0
+        if key is None or key is _ANY:  # nothing held, or only empty contents
+            return conform(self.target.empty_table(), self.target), [0] * len(pieces)
+        if self.fmt == "json":
+            return _read_json(pieces, self.target)
+        if self.fmt == "csv":
+            return _read_csv(key, pieces, self.target, self.settings)
+        return _read_avro(key, pieces, self.target)
+
+    # -- Avro --------------------------------------------------------------------------------------
+
+    def _avro_piece(self, content: bytes) -> tuple[Any, Any] | None:
+        if not content:
+            return _ANY, (0, [])
+        parsed = _avro_blocks(content, self._avro_last)
+        if parsed is None:
+            return None
+        header, blocks = parsed
+        if header in self._avro_codec:
+            codec = self._avro_codec[header]
+        else:
+            codec = _avro_fast_codec(header)
+            if len(self._avro_codec) < 64:
+                self._avro_codec[header] = codec
+        if codec is None:
+            return None
+        self._avro_last = header
+        return (header, codec), (sum(n for n, _ in blocks), blocks)
+
+
+class _Any:
+    """The key of a FlowFile that joins any group (an empty content: no records, no header)."""
+
+    def __repr__(self) -> str:
+        return "ANY"
+
+
+_ANY = _Any()
+
+
+def _counted(pieces: list[Any], got: int) -> list[int]:
+    counts = [p[0] for p in pieces]
+    if sum(counts) != got:
+        raise MalformedRecordSet(f"the joined record sets gave {got} records where their boundaries say {sum(counts)}")
+    return counts
+
+
+# -- JSON ------------------------------------------------------------------------------------------
+
+
+def _json_piece(content: bytes) -> tuple[Any, Any] | None:
+    body = content.strip(_JSON_SPACE)
+    if not body:
+        return _ANY, None
+    if body[:1] == b"[":
+        return "json", body
+    if body[:1] != b"{":
+        return None
+    # objects one per line (NiFi's one-line output, one Kafka message): joined into an array. A
+    # line that is not a whole object (pretty-printed records) is read alone: a JSON string holds
+    # no raw line break, so each line of a record set that reads this way is one record
+    lines = [line.strip(_JSON_SPACE) for line in body.split(b"\n")]
+    lines = [line for line in lines if line]
+    if not all(line[:1] == b"{" and line[-1:] == b"}" for line in lines):
+        return None
+    return "json", b"[" + b",".join(lines) + b"]"
+
+
+def _read_json(pieces: list[Any], target: pa.Schema) -> tuple[pa.RecordBatch, list[int]]:
+    import pyarrow.json as pjson
+    present = [p for p in pieces if p is not None]
+    data = b"".join(b'{"records":' + p + b"}\n" for p in present)
+    attempts = [False, True] if any(_has_temporal(f.type) for f in target) else [False]
+    error: Exception | None = None
+    for as_text in attempts:
+        fields = [pa.field(f.name, _json_read_type(f.type, as_text)) for f in target]
+        wrapped = pa.schema([pa.field("records", pa.list_(pa.struct(fields)))])
+        try:
+            table = pjson.read_json(
+                io.BytesIO(data), read_options=pjson.ReadOptions(use_threads=False, block_size=_block_size(data)),
+                parse_options=pjson.ParseOptions(explicit_schema=wrapped, unexpected_field_behavior="ignore",
+                                                 newlines_in_values=True))
+        except _ARROW_ERRORS as exc:
+            error = error or exc
+            continue
+        lists = table.column(0).combine_chunks() if table.num_rows else pa.array([], wrapped.field(0).type)
+        if len(lists) != len(present) or lists.null_count:
+            raise MalformedRecordSet(f"the joined JSON record sets read as {len(lists)} of {len(present)}")
+        records = lists.flatten()
+        if records.null_count:
+            raise MalformedRecordSet("an array element is null, not a record")
+        offsets = lists.offsets.to_pylist()
+        sizes = iter([b - a for a, b in pairwise(offsets)])
+        counts = [0 if p is None else next(sizes) for p in pieces]
+        batch = pa.RecordBatch.from_struct_array(records) if len(records) else \
+            pa.RecordBatch.from_pylist([], schema=pa.schema(fields))
+        return conform(batch, target), counts
+    raise MalformedRecordSet(f"cannot read the joined JSON record sets: {error}")
+
+
+# -- CSV -------------------------------------------------------------------------------------------
+
+
+def _csv_piece(content: bytes, s: ReadSettings) -> tuple[Any, Any] | None:
+    if not content.strip(_WHITESPACE):
+        return _ANY, (0, b"")
+    if b"\r" in content or (s.escape and s.escape.encode() in content):
+        return None  # a line break or an escape may sit inside a value: read alone
+    quote = s.quote.encode() if s.quote else b""
+    if quote and quote in content and any(line.count(quote) % 2 for line in content.split(b"\n")):
+        return None  # a quoted value spans lines (an odd number of quotes on one): read alone
+    if s.header:
+        end = content.find(b"\n")
+        if end <= 0:
+            return None  # a header without records, or a leading empty line: read alone
+        key: Any = content[:end]
+        body = content[end + 1:]
+    else:
+        key, body = "csv", content
+    lines = body.split(b"\n")
+    count = len(lines) - lines.count(b"")
+    if body and not body.endswith(b"\n"):
+        body += b"\n"
+    return key, (count, body)
+
+
+def _read_csv(header: Any, pieces: list[Any], target: pa.Schema, s: ReadSettings) -> tuple[pa.RecordBatch, list[int]]:
+    bodies = [p[1] for p in pieces]
+    if s.header:
+        bodies.insert(0, header + b"\n")
+    table = _csv(pa.py_buffer(b"".join(bodies)), target, s)
+    return conform(table, target), _counted(pieces, table.num_rows)
+
+
+# -- Avro ------------------------------------------------------------------------------------------
+
+
+def _avro_fast_codec(header: bytes) -> str | None:
+    """The codec of containers with this header when polars reads them (a codec and types it
+    reads), else None."""
+    try:
+        schema, codec = _avro_header(pa.py_buffer(header + bytes(16)))
+    except MalformedRecordSet:
+        return None  # read alone, where the error names the FlowFile
+    return codec if codec in AVRO_FAST_CODECS and _polars_reads(schema) else None
+
+
+def _long(n: int) -> bytes:
+    """``n`` as an Avro long (zig-zag varint)."""
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _read_avro(key: Any, pieces: list[Any], target: pa.Schema) -> tuple[pa.RecordBatch, list[int]]:
+    header, codec = key
+    if not any(p[0] for p in pieces):  # headers alone (no records): polars fails on some codecs
+        return conform(target.empty_table(), target), [0] * len(pieces)
+    out = [header, _SYNC]
+    if codec == "null":
+        # uncompressed blocks are records end to end: all of them as one block (polars spends
+        # about 10 us per block, and a small FlowFile has one of a few records)
+        data = [d for _, blocks in pieces for _, d in blocks]
+        out += (_long(sum(p[0] for p in pieces)), _long(sum(len(d) for d in data)), *data, _SYNC)
+    else:
+        for _, blocks in pieces:
+            for n, d in blocks:
+                out += (_long(n), _long(len(d)), d, _SYNC)
+    table = _avro_polars(pa.py_buffer(b"".join(out)))
+    return conform(table, target), _counted(pieces, table.num_rows)
