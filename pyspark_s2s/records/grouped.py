@@ -34,11 +34,11 @@ from typing import Any
 import pyarrow as pa
 
 from pyspark_s2s.errors import MalformedRecordSet
+from pyspark_s2s.records import container
 from pyspark_s2s.records.read import (
     _ARROW_ERRORS,
     AVRO_FAST_CODECS,
     ReadSettings,
-    _avro_blocks,
     _avro_header,
     _avro_polars,
     _block_size,
@@ -128,7 +128,7 @@ class RecordSetGroup:
     def _avro_piece(self, content: bytes) -> tuple[Any, Any] | None:
         if not content:
             return _ANY, (0, [])
-        parsed = _avro_blocks(content, self._avro_last)
+        parsed = container.blocks(content, self._avro_last)
         if parsed is None:
             return None
         header, blocks = parsed
@@ -261,17 +261,6 @@ def _avro_fast_codec(header: bytes) -> str | None:
     return codec if codec in AVRO_FAST_CODECS and _polars_reads(schema) else None
 
 
-def _long(n: int) -> bytes:
-    """``n`` as an Avro long (zig-zag varint)."""
-    n = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _read_avro(key: Any, pieces: list[Any], target: pa.Schema) -> tuple[pa.RecordBatch, list[int]]:
     header, codec = key
     if not any(p[0] for p in pieces):  # headers alone (no records): polars fails on some codecs
@@ -281,10 +270,11 @@ def _read_avro(key: Any, pieces: list[Any], target: pa.Schema) -> tuple[pa.Recor
         # uncompressed blocks are records end to end: all of them as one block (polars spends
         # about 10 us per block, and a small FlowFile has one of a few records)
         data = [d for _, blocks in pieces for _, d in blocks]
-        out += (_long(sum(p[0] for p in pieces)), _long(sum(len(d) for d in data)), *data, _SYNC)
+        out += (container.write_long(sum(p[0] for p in pieces)), container.write_long(sum(len(d) for d in data)),
+                *data, _SYNC)
     else:
         for _, blocks in pieces:
             for n, d in blocks:
-                out += (_long(n), _long(len(d)), d, _SYNC)
+                out += (container.write_long(n), container.write_long(len(d)), d, _SYNC)
     table = _avro_polars(pa.py_buffer(b"".join(out)))
     return conform(table, target), _counted(pieces, table.num_rows)

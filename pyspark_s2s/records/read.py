@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pyspark_s2s.errors import MalformedRecordSet
+from pyspark_s2s.records import container
 
 __all__ = [
     "AVRO_FAST_CODECS",
@@ -49,7 +50,6 @@ READ_FORMATS = ("avro", "json", "csv", "parquet")
 AVRO_FAST_CODECS = ("null", "deflate", "snappy")
 #: Avro codecs fastavro reads (snappy needs cramjam, installed with this package)
 AVRO_CODECS = ("null", "deflate", "snappy", "bzip2", "xz", "zstandard")
-_AVRO_MAGIC = b"Obj\x01"
 _DIGITS = r"^\s*-?\d+\s*$"
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError)
 
@@ -243,7 +243,7 @@ def _json_parse(buf: pa.Buffer, first: bytes, schema: pa.Schema) -> pa.Table:
 def _avro_header(buf: pa.Buffer) -> tuple[dict[str, Any], str]:
     """(writer schema, codec) of an Avro object container file."""
     import fastavro
-    if buf.size < 4 or buf[:4].to_pybytes() != _AVRO_MAGIC:
+    if buf.size < 4 or buf[:4].to_pybytes() != container.MAGIC:
         raise MalformedRecordSet("not an Avro object container file (no 'Obj\\x01' header)")
     try:
         reader = fastavro.reader(pa.BufferReader(buf))
@@ -258,12 +258,12 @@ def _avro_header(buf: pa.Buffer) -> tuple[dict[str, Any], str]:
 
 
 def _avro(buf: pa.Buffer, target: pa.Schema, attributes: Mapping[str, str]) -> pa.Table:
-    if buf.size >= 4 and buf[:4].to_pybytes() == _AVRO_MAGIC:
+    if buf.size >= 4 and buf[:4].to_pybytes() == container.MAGIC:
         schema, codec = _avro_header(buf)
         if codec not in AVRO_CODECS:
             raise MalformedRecordSet(f"Avro codec {codec!r} is not supported (readable: {', '.join(AVRO_CODECS)})")
         if codec in AVRO_FAST_CODECS and _polars_reads(schema):
-            end = _avro_header_size(memoryview(buf).cast("B"))  # Arrow exports signed bytes
+            end = container.header_size(memoryview(buf).cast("B"))  # Arrow exports signed bytes
             if end is not None and end + 16 == buf.size:
                 # a header and no block: NiFi's writers write this for no records, and polars
                 # fails on it for the deflate and snappy codecs
@@ -282,73 +282,6 @@ def _avro(buf: pa.Buffer, target: pa.Schema, attributes: Mapping[str, str]) -> p
     except ValueError as exc:
         raise MalformedRecordSet(f"the avro.schema attribute is not JSON: {exc}") from None
     return _avro_fastavro(buf, schema, schema)
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    """An Avro long (zig-zag varint) at ``pos``: (value, position after it)."""
-    if pos < len(data) and data[pos] < 0x80:  # one byte: -64..63
-        b = data[pos]
-        return (b >> 1) ^ -(b & 1), pos + 1
-    shift = result = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise IndexError("truncated varint")
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-
-
-def _avro_header_size(content: Any) -> int | None:
-    """The size of an Avro object container's header up to its sync marker (``content``: bytes or
-    a memoryview), or None when it is not a whole header."""
-    if content[:4] != _AVRO_MAGIC:
-        return None
-    try:
-        pos = 4
-        while True:  # the metadata map: blocks of entries, then a zero count
-            count, pos = _varint(content, pos)
-            if count == 0:
-                break
-            if count < 0:
-                count = -count
-                _, pos = _varint(content, pos)
-            for _ in range(2 * count):  # key, value: each a length and its bytes
-                size, pos = _varint(content, pos)
-                if size < 0:
-                    return None
-                pos += size
-    except IndexError:
-        return None
-    return pos if pos + 16 <= len(content) else None
-
-
-def _avro_blocks(content: bytes, known: bytes = b"") -> tuple[bytes, list[tuple[int, bytes]]] | None:
-    """(header without its sync marker, [(records, the block's data)]) of an Avro object
-    container file, or None when it is not one that reads this way. ``known``: a header seen
-    before, taken as this one's when the content starts with it (not parsed again)."""
-    pos = len(known) if known and content.startswith(known) else _avro_header_size(content)
-    if pos is None:
-        return None
-    header = content[:pos]
-    sync = content[pos:pos + 16]
-    pos += 16
-    try:
-        blocks = []
-        while pos < len(content):
-            records, pos = _varint(content, pos)
-            size, pos = _varint(content, pos)
-            if records < 0 or size < 0 or pos + size + 16 > len(content):
-                return None
-            if content[pos + size:pos + size + 16] != sync:
-                return None
-            blocks.append((records, content[pos:pos + size]))
-            pos += size + 16
-        return header, blocks
-    except IndexError:
-        return None
 
 
 def _polars_reads(schema: Any) -> bool:

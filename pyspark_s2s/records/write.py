@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pyspark_s2s.errors import ConfigError, S2SError
+from pyspark_s2s.records import container
 from pyspark_s2s.records.types import (
     MIME_TYPES,
     TOP_RECORD_NAME,
@@ -195,46 +196,25 @@ def _prepared(table: pa.Table, convert: Any) -> pa.Table:
 # -- one record set ------------------------------------------------------------------------------
 
 
-def _zigzag(n: int) -> bytes:
-    z = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-def _read_long(buf: memoryview, pos: int) -> tuple[int, int]:
-    shift = value = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return (value >> 1) ^ -(value & 1), pos
-
-
 def _container_parts(data: memoryview) -> tuple[dict[str, bytes], bytes, int]:
     """(metadata, sync marker, offset of the first block) of an Avro object container file: the
     magic ``Obj\\x01``, a metadata map of string to bytes, a 16-byte sync marker."""
-    if bytes(data[:4]) != b"Obj\x01":
+    if bytes(data[:4]) != container.MAGIC:
         raise ValueError("the Avro writer did not produce an object container file")
     pos = 4
     meta: dict[str, bytes] = {}
     while True:
-        count, pos = _read_long(data, pos)
+        count, pos = container.read_long(data, pos)
         if count == 0:
             break
         if count < 0:
             count = -count
-            _, pos = _read_long(data, pos)  # the block's byte size
+            _, pos = container.read_long(data, pos)  # the block's byte size
         for _ in range(count):
-            klen, pos = _read_long(data, pos)
+            klen, pos = container.read_long(data, pos)
             key = bytes(data[pos:pos + klen]).decode()
             pos += klen
-            vlen, pos = _read_long(data, pos)
+            vlen, pos = container.read_long(data, pos)
             meta[key] = bytes(data[pos:pos + vlen])
             pos += vlen
     return meta, bytes(data[pos:pos + 16]), pos + 16
@@ -242,10 +222,10 @@ def _container_parts(data: memoryview) -> tuple[dict[str, bytes], bytes, int]:
 
 def _container_header(meta: dict[str, bytes], sync: bytes) -> bytes:
     head = bytearray(b"Obj\x01")
-    head += _zigzag(len(meta))
+    head += container.write_long(len(meta))
     for k, v in meta.items():
-        head += _zigzag(len(k.encode())) + k.encode() + _zigzag(len(v)) + v
-    return bytes(head + _zigzag(0) + sync)
+        head += container.write_long(len(k.encode())) + k.encode() + container.write_long(len(v)) + v
+    return bytes(head + container.write_long(0) + sync)
 
 
 def _container_blocks(data: memoryview, pos: int, sync: bytes) -> Iterator[memoryview | bytes]:
@@ -254,8 +234,8 @@ def _container_blocks(data: memoryview, pos: int, sync: bytes) -> Iterator[memor
     end = len(data)
     while pos < end:
         start = pos
-        _, pos = _read_long(data, pos)
-        size, pos = _read_long(data, pos)
+        _, pos = container.read_long(data, pos)
+        size, pos = container.read_long(data, pos)
         pos += size
         yield data[start:pos]
         yield sync
