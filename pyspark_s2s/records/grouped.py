@@ -2,7 +2,7 @@
 batch, with each FlowFile's record count.
 
 Owns: :class:`RecordSetGroup`. Every parse of a record set has a fixed cost (a JSON or CSV reader
-set up, an Avro container opened, the result conformed to the target schema): about 0.1-0.3 ms,
+set up, an Avro container opened, the result conformed to the target schema): about 0.3 ms,
 which dominates when a FlowFile holds a few records (one Kafka message per FlowFile, SplitRecord's
 output). A group joins small FlowFiles into one input the format's reader takes in one call, and
 keeps where each FlowFile's records start:
