@@ -273,6 +273,11 @@ _COALESCE_ROWS = 65536
 #: a group of small FlowFiles that does not read as one is halved until this many are left, which
 #: are read one by one (records.grouped)
 _ALONE = 8
+#: the most FlowFiles one group holds (records.grouped.GROUP_FLOWFILES)
+_GROUP_LIMIT = 8192
+#: FlowFiles read alone, without trying a group, after two groups of a few in a row did not read
+#: (most FlowFiles of the stream are malformed: a group would only add a failed parse)
+_ALONE_RUN = 256
 
 
 class RecordRows:
@@ -308,6 +313,11 @@ class RecordRows:
         self.settings = ReadSettings(header=opts.header, sep=opts.sep, quote=opts.quote, escape=opts.escape)
         self.malformed: list[tuple[str, str]] = []
         self.flow_files = 0
+        # FlowFiles a group holds at most: quartered after a group that did not read as one, doubled
+        # after one that did, so a stream with many malformed FlowFiles is not parsed twice over
+        self._group_limit = _GROUP_LIMIT
+        self._alone_left = 0
+        self._small_fails = 0
 
     def output(self, batch: Any, *, peer: str, transaction_id: str, received_at_us: int) -> Iterator[Any]:
         """The rows of the FlowFiles in one staged batch (``content``, ``attributes``)."""
@@ -354,7 +364,9 @@ class RecordRows:
         for i in range(batch.num_rows):
             self.flow_files += 1
             start, length = offsets[i], offsets[i + 1] - offsets[i]
-            if group is not None and length <= SMALL_RECORD_SET:
+            if self._alone_left:
+                self._alone_left -= 1
+            elif group is not None and length <= SMALL_RECORD_SET:
                 data = b"" if nulls[i] else bytes(view[start:start + length])
                 took = group.add(data)
                 if took is None:  # another header: read the group held, then start the next
@@ -363,7 +375,7 @@ class RecordRows:
                     took = group.add(data)
                 if took:
                     members.append((i, data))
-                    if group.full():
+                    if group.full() or len(members) >= self._group_limit:
                         yield from self._group(group, members, where)
                         members = []
                     continue
@@ -374,7 +386,8 @@ class RecordRows:
         if members:
             yield from self._group(group, members, where)
 
-    def _group(self, group: Any, members: list[tuple[int, bytes]], where: tuple[Any, str, str, Any]) -> Iterator[Any]:
+    def _group(self, group: Any, members: list[tuple[int, bytes]], where: tuple[Any, str, str, Any],
+               top: bool = True) -> Iterator[Any]:
         """The rows of the FlowFiles ``members`` ((batch row, content)) held by ``group``, read in
         one parse. When they do not read together (a malformed FlowFile among them), each half is
         read as a group of its own, down to a few FlowFiles read one by one: one bad FlowFile
@@ -385,6 +398,11 @@ class RecordRows:
         try:
             part, counts = group.read()
         except MalformedRecordSet:
+            if top:
+                self._group_limit = max(_ALONE, self._group_limit // 4)
+                self._small_fails = self._small_fails + 1 if len(members) <= 2 * _ALONE else 0
+                if self._small_fails >= 2:  # two groups of a few in a row: most FlowFiles are malformed
+                    self._alone_left, self._small_fails = _ALONE_RUN, 0
             if len(members) <= _ALONE:
                 for i, _ in members:
                     yield from self._one(i, where)
@@ -394,8 +412,11 @@ class RecordRows:
                 for i, data in some:
                     if not group.add(data):  # cannot be: they were one group, with one key
                         raise RuntimeError(f"record mode: FlowFile {i} of a group was refused by half of it")
-                yield from self._group(group, some, where)
+                yield from self._group(group, some, where, top=False)
             return
+        if top:
+            self._group_limit = min(_GROUP_LIMIT, self._group_limit * 2)
+            self._small_fails = 0
         if not part.num_rows:
             return
         attributes = where[0]

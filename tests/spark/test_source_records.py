@@ -314,6 +314,39 @@ def test_small_flowfiles_read_together_keep_their_own_rows_uuid_and_attributes(s
     assert srv.admin.queued("out") == 0
 
 
+def test_a_stream_with_many_malformed_flowfiles_keeps_every_row_in_place(spark: Any) -> None:
+    """Groups that do not read are halved, shrink, and give way to FlowFiles read alone while most
+    are malformed, then grow again: through all of it every FlowFile gives its rows in order, and
+    each malformed one its corrupt row (30 staged batches through one row maker, as in a partition)."""
+    import pyarrow as pa
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from pyspark_s2s.spark.options import SparkOptions
+    from pyspark_s2s.spark.schema import make_rows
+
+    def bad(k: int) -> bool:  # sparse, then a dense stretch (every other one), then sparse again
+        return k % 500 == 7 or (1000 <= k < 2200 and k % 2 == 0)
+
+    contents = [b'[{"id": "x%d"}]' % k if bad(k) else json.dumps([{"id": 10 * k}, {"id": 10 * k + 1}]).encode()
+                for k in range(3000)]
+    attrs = pa.array([[("uuid", f"u{k}")] for k in range(3000)], pa.map_(pa.string(), pa.string()))
+    opts = SparkOptions.parse({"url": "http://127.0.0.1:1/nifi", "portName": "out", "recordFormat": "json",
+                               "mode": "PERMISSIVE", "includeAttributes": "true"})
+    schema = StructType([StructField("id", LongType()), StructField("_corrupt_record", StringType()),
+                         StructField("_uuid", StringType())])
+    rows_maker = make_rows(schema, opts)
+    got = []
+    for lo in range(0, 3000, 100):
+        batch = pa.RecordBatch.from_arrays([pa.array(contents[lo:lo + 100], pa.binary()), attrs.slice(lo, 100)],
+                                           names=["content", "attributes"])
+        for b in rows_maker.output(batch, peer="p", transaction_id="t", received_at_us=0):
+            got += [(r["id"], r["_corrupt_record"], r["_uuid"]) for r in b.to_pylist()]
+    want = []
+    for k in range(3000):
+        want += [(None, contents[k].decode(), f"u{k}")] if bad(k) else [(10 * k, None, f"u{k}"), (10 * k + 1, None, f"u{k}")]
+    assert got == want
+
+
 # -- schema errors on the driver ------------------------------------------------------------------
 
 @pytest.mark.parametrize(("fmt", "schema", "options", "message"), [
