@@ -144,14 +144,8 @@ class RecordSetGroup:
         return (header, codec), (sum(n for n, _ in blocks), blocks)
 
 
-class _Any:
-    """The key of a FlowFile that joins any group (an empty content: no records, no header)."""
-
-    def __repr__(self) -> str:
-        return "ANY"
-
-
-_ANY = _Any()
+#: the key of a FlowFile that joins any group (an empty content: no records, no header)
+_ANY: Any = object()
 
 
 def _counted(pieces: list[Any], got: int) -> list[int]:

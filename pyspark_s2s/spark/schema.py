@@ -419,24 +419,22 @@ class RecordRows:
             self._small_fails = 0
         if not part.num_rows:
             return
-        attributes = where[0]
-        parents = None
+        taken: Any = None  # the attributes of each row's FlowFile
         if self.uuid_col or self.attrs_col:
             bounds = [0]
             for c in counts:
                 bounds.append(bounds[-1] + c)
             local = pc.list_parent_indices(pa.ListArray.from_arrays(pa.array(bounds, pa.int32()),
                                                                     pa.nulls(bounds[-1], pa.int8())))
-            parents = pa.array([i for i, _ in members], pa.int64()).take(local)
+            taken = where[0].take(pa.array([i for i, _ in members], pa.int64()).take(local))
         columns = []
         for f in self.arrow:
             if f.name == self.corrupt:
                 columns.append(pa.nulls(part.num_rows, f.type))
             elif f.name == self.uuid_col:
-                uuids = pc.map_lookup(attributes, pa.scalar("uuid"), "last")
-                columns.append(uuids.take(parents).cast(f.type))
+                columns.append(pc.map_lookup(taken, pa.scalar("uuid"), "last").cast(f.type))
             elif f.name == self.attrs_col:
-                columns.append(attributes.take(parents).cast(f.type))
+                columns.append(taken.cast(f.type))
             else:
                 columns.append(part.column(f.name))
         yield pa.RecordBatch.from_arrays(columns, schema=self.arrow)
