@@ -42,7 +42,7 @@ def _name_id(value: str) -> tuple[str, str | None]:
 
 
 class RouteArg(tuple[str, str]):
-    """A parsed ``--route``: the pair (IN, OUT), plus ``.balance`` (a model.LoadBalance)."""
+    """A parsed ``--route``: the pair (IN, OUT), plus ``.balance`` (a balance.LoadBalance)."""
 
     balance: Any
 
@@ -55,7 +55,7 @@ class RouteArg(tuple[str, str]):
 def _route(value: str) -> RouteArg:
     """``IN=OUT[:STRATEGY]`` -> RouteArg. The strategy starts at the first ``:`` followed by a
     strategy name, so port names may hold ``:`` and attribute names too."""
-    from pyspark_s2s.server.model import LOAD_BALANCE_STRATEGIES, LoadBalance
+    from pyspark_s2s.server.balance import LOAD_BALANCE_STRATEGIES, LoadBalance
 
     if "=" not in value:
         raise argparse.ArgumentTypeError(f"expected INPUT=OUTPUT[:STRATEGY], got {value!r}")

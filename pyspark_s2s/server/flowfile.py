@@ -3,12 +3,12 @@
 Owns: :class:`Content` (in memory or an unlinked temporary file), :class:`ContentWriter`,
 :class:`FlowFile`, :class:`WireFlowFile` (a small FlowFile kept as the packet it is served as),
 the server's FlowFile identities (:func:`new_id`) and the attributes a receiving port adds
-(:func:`server_attributes`, :func:`wire_flowfiles`). Queues, ports and the cluster live in
-:mod:`pyspark_s2s.server.model`, durability in :mod:`pyspark_s2s.server.persist`; both import
-this module, and it imports neither.
+(:func:`server_attributes`, :func:`wire_flowfiles`). Queues and ports live in
+:mod:`pyspark_s2s.server.nodes`, the cluster in :mod:`pyspark_s2s.server.model`, durability in
+:mod:`pyspark_s2s.server.persist`; they import this module, and it imports none of them.
 
-Must not import: ``pyspark_s2s.client``, ``pyspark_s2s.server.model``,
-``pyspark_s2s.server.persist``, third-party packages.
+Must not import: ``pyspark_s2s.client``, ``pyspark_s2s.server.model``, ``pyspark_s2s.server.nodes``,
+``pyspark_s2s.server.balance``, ``pyspark_s2s.server.persist``, third-party packages.
 """
 
 from __future__ import annotations

@@ -1,15 +1,17 @@
-"""The reference server's state: cluster, nodes, ports, queues, transactions, history.
+"""The reference server's state and the rules that change it: the cluster of nodes.
 
-Owns: everything the server remembers and the rules that change it (queue order, capacity,
-routing, the transaction table walk, rollback, TTL expiry). Sockets and HTTP live in
-:mod:`pyspark_s2s.server.http`; this module never touches a socket. The FlowFile types are
-in :mod:`pyspark_s2s.server.flowfile` (re-exported here).
+Owns: everything the server remembers as a whole and the rules that change it (routing, the
+transaction table walk, commit, rollback, TTL expiry, history, the member set). The records those
+rules act on (nodes, ports with their queues, transactions) are in :mod:`pyspark_s2s.server.nodes`;
+the FlowFile types in :mod:`pyspark_s2s.server.flowfile`; both are re-exported here. Sockets and
+HTTP live in :mod:`pyspark_s2s.server.http`; this module never touches a socket.
 
-Load-balanced routes (``--route IN=OUT:STRATEGY``, NiFi's load-balanced connections) are
-cluster rules and live here too, next to the commit they belong to, so that every transport
-(HTTP, RAW) gets them by calling :meth:`Cluster.commit_send`: which node's OUT queue a
-committed FlowFile goes to, the FlowFiles that wait for an absent node, and the member set
-that single-node and partition-by-attribute choose from (kept in ``<data-dir>/cluster.json``).
+Load-balanced routes (``--route IN=OUT:STRATEGY``, NiFi's load-balanced connections) are applied
+here, at the commit they belong to, so that every transport (HTTP, RAW) gets them by calling
+:meth:`Cluster.commit_send`: which node's OUT queue a committed FlowFile goes to, the FlowFiles that
+wait for an absent node, and the member set that single-node and partition-by-attribute choose from
+(kept in ``<data-dir>/cluster.json``). The strategies, the owner of a partition key and the waiting
+queues themselves are in :mod:`pyspark_s2s.server.balance`.
 
 Must not import: ``pyspark_s2s.client``, third-party packages.
 
@@ -19,18 +21,13 @@ table. It is held only for short bookkeeping steps, never while bytes travel ove
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import threading
 import time
 import uuid
-from bisect import bisect_left
 from collections import deque
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from itertools import accumulate
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -51,9 +48,21 @@ from pyspark_s2s.protocol.transaction import (
     TransactionStateMachine,
     is_expired,
 )
+from pyspark_s2s.server.balance import (
+    LOAD_BALANCE_STRATEGIES,
+    PARTITION_BY_ATTRIBUTE,
+    ROUND_ROBIN,
+    SINGLE_NODE,
+    LoadBalance,
+    WaitQueue,
+    owner_of,
+    parse_wait_key,
+    partition_key,
+    wait_key,
+)
 
-# The FlowFile types live in server/flowfile.py; re-exported here so that server/http.py
-# (and older callers) keep importing them from the model.
+# The FlowFile and node types live in server/flowfile.py and server/nodes.py; re-exported here so
+# that the transports (and older callers) keep importing them from the model.
 from pyspark_s2s.server.flowfile import (
     ADDED_KEYS,
     SPOOL_LIMIT,
@@ -66,13 +75,24 @@ from pyspark_s2s.server.flowfile import (
     uuid4_fields,
     wire_flowfiles,
 )
+from pyspark_s2s.server.nodes import (
+    RUNNING,
+    STOPPED,
+    Node,
+    Port,
+    PortSpec,
+    Transaction,
+    port_id_for,
+)
 from pyspark_s2s.server.persist import NodeStore, write_json_atomic
 from pyspark_s2s.server.replication import Replication
 
 __all__ = [
     "ADDED_KEYS",
     "LOAD_BALANCE_STRATEGIES",
+    "RUNNING",
     "SPOOL_LIMIT",
+    "STOPPED",
     "Cluster",
     "Content",
     "ContentWriter",
@@ -80,9 +100,12 @@ __all__ = [
     "LoadBalance",
     "Node",
     "Port",
+    "PortSpec",
     "Transaction",
+    "WaitQueue",
     "WireFlowFile",
     "new_id",
+    "owner_of",
     "port_id_for",
     "server_attributes",
     "uuid4_fields",
@@ -99,331 +122,6 @@ _size = attrgetter("size")
 
 #: what a commit on a lost node is answered (replicating server): its buckets may be another's now
 NODE_LOST = "Transaction was not found: its node was lost."
-
-_PORT_NAMESPACE = uuid.UUID("6f1b3c5e-2d4a-5b8e-9c7f-3e2d1a0b9c8d")
-
-
-def port_id_for(name: str, kind: str) -> str:
-    """The stable id of a port given only by name: ``uuid5(<fixed namespace>, "<kind>:<name>")``."""
-    return str(uuid.uuid5(_PORT_NAMESPACE, f"{kind}:{name}"))
-
-
-# -- load balancing ----------------------------------------------------------------------------
-
-DO_NOT_LOAD_BALANCE = "do-not-load-balance"
-ROUND_ROBIN = "round-robin"
-SINGLE_NODE = "single-node"
-PARTITION_BY_ATTRIBUTE = "partition-by-attribute"
-#: the strategies of ``--route IN=OUT:STRATEGY``: NiFi's LoadBalanceStrategy values
-#: (DO_NOT_LOAD_BALANCE, ROUND_ROBIN, SINGLE_NODE, PARTITION_BY_ATTRIBUTE) in lower case with dashes
-LOAD_BALANCE_STRATEGIES = (DO_NOT_LOAD_BALANCE, ROUND_ROBIN, SINGLE_NODE, PARTITION_BY_ATTRIBUTE)
-
-
-@dataclass(frozen=True)
-class LoadBalance:
-    """How a route spreads what is committed into its input port over the cluster."""
-
-    strategy: str = DO_NOT_LOAD_BALANCE
-    #: partition-by-attribute only: the attribute whose value picks the node
-    attribute: str | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> LoadBalance:
-        """``do-not-load-balance``, ``round-robin``, ``single-node`` or
-        ``partition-by-attribute=ATTR``; ValueError naming what was wrong otherwise."""
-        name, sep, attribute = text.partition("=")
-        if name == PARTITION_BY_ATTRIBUTE:
-            if not attribute:
-                raise ValueError(f"{PARTITION_BY_ATTRIBUTE} needs an attribute name: "
-                                 f"{PARTITION_BY_ATTRIBUTE}=ATTR")
-            return cls(PARTITION_BY_ATTRIBUTE, attribute)
-        if name in LOAD_BALANCE_STRATEGIES and not sep:
-            return cls(name)
-        raise ValueError(f"unknown load-balance strategy {text!r}; expected one of "
-                         f"{', '.join(LOAD_BALANCE_STRATEGIES[:3])}, {PARTITION_BY_ATTRIBUTE}=ATTR")
-
-    @property
-    def balanced(self) -> bool:
-        return self.strategy != DO_NOT_LOAD_BALANCE
-
-    def __str__(self) -> str:
-        return self.strategy if self.attribute is None else f"{self.strategy}={self.attribute}"
-
-
-#: queue names of the FlowFiles a node holds for another node start with NUL: no port name can
-#: (a command-line argument cannot hold a NUL byte)
-_WAIT_PREFIX = "\x00wait\x00"
-
-
-def wait_key(target: int, input_port: str) -> str:
-    """The durable queue name of the FlowFiles committed into ``input_port`` that wait for node
-    ``target``."""
-    return f"{_WAIT_PREFIX}{target}\x00{input_port}"
-
-
-def _parse_wait_key(key: str) -> tuple[int, str] | None:
-    if not key.startswith(_WAIT_PREFIX):
-        return None
-    target, _, input_port = key[len(_WAIT_PREFIX) :].partition("\x00")
-    return int(target), input_port
-
-
-def _partition_key(value: str | None) -> bytes:
-    """What a partitioning attribute's value is hashed as; a missing attribute is a value of its
-    own, distinct from every string (those carry a ``v:`` prefix)."""
-    return b"\x00missing" if value is None else b"v:" + value.encode("utf-8")
-
-
-def owner_of(key: bytes, members: Iterable[int]) -> int:
-    """The member node that owns partition ``key``: highest random weight (rendezvous) hashing,
-    ``blake2b(key, node index)``. Only a departed node's keys move when the set shrinks, and a
-    new node takes only the keys it now wins."""
-    best = -1
-    owner = -1
-    for member in members:
-        score = int.from_bytes(
-            hashlib.blake2b(key, digest_size=8, salt=member.to_bytes(8, "big")).digest(), "big"
-        )
-        if score > best or (score == best and member < owner):
-            best, owner = score, member
-    if owner < 0:
-        raise ValueError("no member node to partition over")
-    return owner
-
-
-@dataclass(eq=False)
-class WaitQueue:
-    """FlowFiles a node holds for another node that is away (committed into ``input_port``,
-    bound for ``target``'s queue of the route's output port)."""
-
-    target: int
-    input_port: str
-    queue: deque[FlowFile] = field(default_factory=deque)
-    queued_bytes: int = 0
-
-    @property
-    def key(self) -> str:
-        return wait_key(self.target, self.input_port)
-
-    def push(self, flowfiles: list[FlowFile]) -> None:
-        self.queue.extend(flowfiles)
-        self.queued_bytes += sum(map(_size, flowfiles))
-
-    def take_all(self) -> list[FlowFile]:
-        items = list(self.queue)
-        self.queue.clear()
-        self.queued_bytes = 0
-        return items
-
-    def remove_ids(self, ids: set[str]) -> list[FlowFile]:
-        gone = [ff for ff in self.queue if ff.id in ids]
-        if gone:
-            self.queue = deque(ff for ff in self.queue if ff.id not in ids)
-            self.queued_bytes -= sum(map(_size, gone))
-        return gone
-
-
-# -- ports -------------------------------------------------------------------------------------
-
-
-RUNNING = "RUNNING"
-STOPPED = "STOPPED"
-
-
-@dataclass(eq=False)
-class Port:
-    """A public root-group port of one node, with its queue.
-
-    For an input port the queue holds committed FlowFiles that are not routed elsewhere; for
-    an output port it holds the FlowFiles waiting to be pulled. ``capacity`` (FlowFile count,
-    None = unbounded) is the back-pressure threshold: a queue is *full* when it holds at least
-    that many FlowFiles (NiFi's back pressure is soft: a commit may overshoot it).
-    """
-
-    name: str
-    id: str
-    kind: str  # "input" | "output"
-    initial_capacity: int | None = None
-    state: str = RUNNING
-    capacity: int | None = None
-    queue: deque[FlowFile] = field(default_factory=deque)
-    queued_bytes: int = 0
-    route_to: str | None = None  # input ports: name of the output port fed by commits
-
-    def __post_init__(self) -> None:
-        self.capacity = self.initial_capacity
-
-    @property
-    def direction(self) -> Direction:
-        return Direction.SEND if self.kind == "input" else Direction.RECEIVE
-
-    @property
-    def running(self) -> bool:
-        return self.state == RUNNING
-
-    def is_full(self) -> bool:
-        return self.capacity is not None and len(self.queue) >= self.capacity
-
-    def push(self, flowfiles: Iterable[FlowFile]) -> None:
-        items = list(flowfiles)
-        self.queue.extend(items)
-        self.queued_bytes += sum(map(_size, items))
-
-    def push_front(self, flowfiles: list[FlowFile]) -> None:
-        """Put FlowFiles back at the head of the queue, keeping their order."""
-        for ff in reversed(flowfiles):
-            self.queue.appendleft(ff)
-            self.queued_bytes += ff.size
-
-    def pop_many(self, limit: int, max_bytes: int) -> tuple[list[FlowFile], int]:
-        """Up to ``limit`` FlowFiles from the head of the queue, stopping after the one that
-        brings their total size to ``max_bytes`` or more; and that total size."""
-        queue = self.queue
-        take = queue.popleft
-        out = [take() for _ in range(min(limit, len(queue)))]
-        sizes = list(accumulate(map(_size, out)))
-        if sizes and sizes[-1] >= max_bytes:
-            keep = bisect_left(sizes, max_bytes) + 1  # up to the one that reaches max_bytes
-            queue.extendleft(reversed(out[keep:]))
-            del out[keep:], sizes[keep:]
-        total = sizes[-1] if sizes else 0
-        self.queued_bytes -= total
-        return out, total
-
-    def pop(self) -> FlowFile | None:
-        if not self.queue:
-            return None
-        ff = self.queue.popleft()
-        self.queued_bytes -= ff.size
-        return ff
-
-    def clear(self) -> None:
-        for ff in self.queue:
-            ff.release()
-        self.queue.clear()
-        self.queued_bytes = 0
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "id": self.id,
-            "type": self.kind,
-            "state": self.state,
-            "queued": len(self.queue),
-            "queuedBytes": self.queued_bytes,
-            "capacity": self.capacity,
-            "routeTo": self.route_to,
-        }
-
-
-# -- transactions ------------------------------------------------------------------------------
-
-
-@dataclass(eq=False)
-class Transaction:
-    id: str
-    node: int
-    port: Port
-    direction: Direction
-    props: HandshakeProperties
-    peer: str
-    created_wall: float
-    last_communication: float
-    machine: TransactionStateMachine[ServerState, ServerEvent]
-    flowfiles: list[FlowFile] = field(default_factory=list)
-    checksum: int | None = None
-    bytes: int = 0
-    outcome: str | None = None
-    finished_wall: float | None = None
-    result_code: int | None = None
-    #: how many FlowFiles it moved, once finished (the history keeps no FlowFile: their content
-    #: would stay in memory as long as the last 10,000 transactions are remembered)
-    finished_count: int | None = None
-    #: how many of ``flowfiles`` a rollback (cancel, expiry, reset) already gave back or released:
-    #: a download's list is shared with its transfer, which may still add to it and then fail
-    returned: int = 0
-
-    @property
-    def state(self) -> ServerState:
-        return self.machine.state
-
-    @property
-    def held(self) -> bool:
-        return self.machine.state is ServerState.HELD
-
-    @property
-    def active(self) -> bool:
-        return not self.machine.is_terminal
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "node": self.node,
-            "port": self.port.name,
-            "portId": self.port.id,
-            "direction": "send" if self.direction is Direction.SEND else "receive",
-            "state": self.state.name,
-            "flowFiles": len(self.flowfiles) if self.finished_count is None else self.finished_count,
-            "bytes": self.bytes,
-            "checksum": self.checksum,
-            "outcome": self.outcome,
-            "responseCode": self.result_code,
-            "peer": self.peer,
-            "compression": self.props.compress,
-            "createdAt": self.created_wall,
-            "finishedAt": self.finished_wall,
-        }
-
-
-# -- nodes and cluster -------------------------------------------------------------------------
-
-
-@dataclass(eq=False)
-class Node:
-    index: int
-    host: str
-    port_number: int  # TCP port of the listener (fixed once bound)
-    ports: dict[str, Port]  # by name
-    alive: bool = False
-    removed: bool = False
-    transactions: dict[str, Transaction] = field(default_factory=dict)
-    # set by the HTTP layer: base URL ("http://127.0.0.1:8080/nifi")
-    url: str = ""
-    #: durable queues (``--data-dir``), a persist.NodeStore, or None
-    store: Any = None
-    #: FlowFiles this node holds for nodes that are away, by wait_key
-    waiting: dict[str, WaitQueue] = field(default_factory=dict)
-
-    def port_by_id(self, port_id: str) -> Port | None:
-        for port in self.ports.values():
-            if port.id == port_id:
-                return port
-        return None
-
-    def port_by_key(self, key: str) -> Port | None:
-        """A port by name, falling back to id."""
-        return self.ports.get(key) or self.port_by_id(key)
-
-    def queued(self) -> int:
-        """Every FlowFile the node holds: its ports' queues and what waits for other nodes
-        (NiFi counts a load-balanced connection's partitions for other nodes too)."""
-        return sum(len(p.queue) for p in self.ports.values()) + sum(
-            len(w.queue) for w in self.waiting.values()
-        )
-
-    def waiting_for(self, target: int, input_port: str) -> WaitQueue:
-        key = wait_key(target, input_port)
-        wq = self.waiting.get(key)
-        if wq is None:
-            wq = self.waiting[key] = WaitQueue(target, input_port)
-        return wq
-
-
-@dataclass(frozen=True)
-class PortSpec:
-    name: str
-    id: str
-    kind: str
 
 
 class Cluster:
@@ -502,7 +200,7 @@ class Cluster:
         for name, flowfiles in node.store.load().items():
             if self.replication is not None and self.replication.load(node, name, flowfiles):
                 continue
-            waiting = _parse_wait_key(name)
+            waiting = parse_wait_key(name)
             if waiting is not None:
                 if flowfiles:
                     node.waiting_for(*waiting).push(flowfiles)
@@ -899,7 +597,7 @@ class Cluster:
                 value = ff.attribute(attribute) if attribute is not None else None
                 owner = owners.get(value)
                 if owner is None:
-                    owner = owners[value] = owner_of(_partition_key(value), members)
+                    owner = owners[value] = owner_of(partition_key(value), members)
                 placement.setdefault(owner, []).append(ff)
         else:
             placement[holder.index] = list(flowfiles)

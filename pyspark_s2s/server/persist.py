@@ -19,7 +19,7 @@ FlowFile: ``[id, null, size, run, start, end, uuid_at]``, its packet ``run[start
 ``{"seq", "op": "batch", "add": {port: items}, "remove": {port: ids}}``: several queues changed
 by one record, all or nothing (a load-balanced commit, a FlowFile moved from one queue to
 another). Queue names are port names, or the keys the model gives the FlowFiles that wait for
-another node (``model.wait_key``). Replay = snapshot,
+another node (``balance.wait_key``). Replay = snapshot,
 then the journal records with a larger sequence number; a torn last line (crash mid-write) is
 ignored. FlowFiles a download has taken but not committed are still queued on disk: after a
 crash they are back, exactly as NiFi rolls back an uncommitted session.

@@ -47,7 +47,7 @@ ACCEPT = "accept"
 UNDER_REPLICATED_POLICIES = (REFUSE, ACCEPT)
 
 #: durable queue names: an owned bucket's FlowFiles of one port, and a replica's copy of them
-#: (NUL-prefixed, so no port name can collide; model.wait_key uses the same trick)
+#: (NUL-prefixed, so no port name can collide; balance.wait_key uses the same trick)
 _OWN = "\x00own\x00"
 _REPLICA = "\x00rep\x00"
 
