@@ -48,6 +48,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a file or with -m from the repository
 
+from bench.cpu import cpu_seconds
 from pyspark_s2s.server.process import ServerSubprocess
 
 SMALL_ATTRS = {"filename": "file-000001.txt", "path": "./", "mime.type": "text/plain"}
@@ -266,16 +267,6 @@ def machine() -> str:
     except OSError:
         pass
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` so far (Linux ``/proc``; 0.0 elsewhere)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _status_mib(pid: int | None, field: str) -> float:

@@ -38,6 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench.cpu import CpuMeter
 from pyspark_s2s.server.process import ServerSubprocess
 
 REPO = Path(__file__).resolve().parents[1]
@@ -569,6 +570,7 @@ def main(argv: list[str] | None = None) -> int:
     register_ceiling(spark)
     work = Path(tempfile.mkdtemp(prefix="bench-spark-read-"))
     results: dict[str, list[float]] = {"client": [], "spark": [], "batch": [], "ceiling": [], "ceiling-batch": []}
+    cpu: dict[str, list[CpuMeter]] = {"client": [], "spark": [], "ceiling": []}
     loads: list[str] = []
     try:
         with ServerSubprocess(["--ttl", "120", "--input-port", IN_PORT, "--output-port", OUT_PORT,
@@ -578,14 +580,17 @@ def main(argv: list[str] | None = None) -> int:
             spark_read(spark, url, 2000, args.partitions, work / "warm")
             ceiling(spark, 2000, ROUND_ROWS, work / "warm-ceiling", "flowfiles")
             for r in range(args.rounds):
+                meter = CpuMeter((server.pid,)).start()
                 e2e, mb = ceiling(spark, args.flowfiles, ROUND_ROWS, work / f"c{r}", "flowfiles")
+                cpu["ceiling"].append(meter.stop())
                 results["ceiling"].append(e2e)
                 results["ceiling-batch"].append(mb)
                 print(f"round {r + 1} ceiling: {e2e:>10,.0f} rows/s end to end, {mb:,.0f} rows/s in its "
-                      "micro-batches", flush=True)
+                      f"micro-batches\n    {meter.summary()}", flush=True)
                 order = ("client", "spark") if r % 2 == 0 else ("spark", "client")
                 for which in order:
                     fill(url, args.flowfiles)
+                    meter = CpuMeter((server.pid,)).start()
                     if which == "client":
                         rate = client_arrow(url, args.flowfiles)
                         print(f"round {r + 1} client: {rate:>10,.0f} rows/s", flush=True)
@@ -594,6 +599,8 @@ def main(argv: list[str] | None = None) -> int:
                         results["batch"].append(batch_rate)
                         print(f"round {r + 1}  spark: {rate:>10,.0f} rows/s end to end, "
                               f"{batch_rate:,.0f} rows/s in its micro-batches", flush=True)
+                    cpu[which].append(meter.stop())
+                    print(f"    {meter.summary()}", flush=True)
                     results[which].append(rate)
                 loads.append(load_average())
     finally:
@@ -607,7 +614,21 @@ def main(argv: list[str] | None = None) -> int:
           f"from start() to the end of the AvailableNow query; the path's ceiling {ce:,.0f} rows/s")
     print(f"  Spark micro-batches  : {b:>10,.0f} rows/s   ratio {b / c:.2f} (target >= 0.8; addBatch time only); "
           f"the ceiling's {cb:,.0f} rows/s")
+    print(f"  CPU-seconds per 1,000,000 rows from start to end, medians, and how many of the {os.cpu_count()} cores "
+          "the run kept busy:")
+    for which in ("client", "spark", "ceiling"):
+        print(f"    {which:<8}: {cpu_line(cpu[which], args.flowfiles)}")
     return 0
+
+
+def cpu_line(meters: list[CpuMeter], rows: int) -> str:
+    """Median CPU-seconds per million rows by role, and the share of the machine's cores used."""
+    def med(role: str) -> float:
+        return statistics.median(m.used.get(role, 0.0) for m in meters) * 1e6 / rows
+
+    busy = statistics.median(m.total / m.wall for m in meters if m.wall)
+    return (f"JVM {med('JVM'):.2f}, Python workers {med('Python workers'):.2f}, server {med('server'):.2f}, "
+            f"bench {med('bench'):.2f}, other {med('other'):.2f}; {busy:.2f} cores busy")
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.cpu import cpu_seconds
 from pyspark_s2s.server.process import ServerSubprocess
 
 PORT = "in"
@@ -57,12 +58,6 @@ def admin(url: str) -> Any:
     from serverproc import AdminClient
 
     return AdminClient([url], timeout=120)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time a process has used so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def client_send(url: str, n: int, size: int) -> float:

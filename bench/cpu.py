@@ -1,0 +1,137 @@
+"""CPU time of the processes a benchmark runs, and of the whole machine, from Linux ``/proc``.
+
+``CpuMeter`` answers where a timed transfer's CPU went: this process, the Spark JVM it started, the
+JVM's Python workers, the reference server, and everything else on the machine. With 2 cores, a
+transfer whose processes use ``2 x wall`` CPU-seconds between them is bound by the machine, not by
+any one process: the meter prints that share next to each figure so a reader can tell the two apart.
+Elsewhere than Linux every figure is 0.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (0.0 when it is gone or not on Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def machine_busy_seconds() -> float:
+    """CPU-seconds all cores spent outside idle and I/O wait since boot (``/proc/stat``)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as fh:
+            ticks = [int(x) for x in fh.readline().split()[1:]]
+    except OSError:
+        return 0.0
+    # user nice system idle iowait irq softirq steal guest guest_nice; guest time is in user already
+    return (sum(ticks[:8]) - ticks[3] - ticks[4]) / _TICK
+
+
+def _processes() -> dict[int, tuple[int, str, float]]:
+    """pid -> (parent pid, command name, CPU seconds) for every process visible in /proc."""
+    out: dict[int, tuple[int, str, float]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as fh:
+                text = fh.read()
+        except OSError:
+            continue
+        comm = text[text.index("(") + 1:text.rindex(")")]
+        fields = text.rsplit(")", 1)[1].split()
+        # its own time and that of the children it has reaped: a Python worker that ends within the
+        # measured span still counts, under the process that started it
+        out[int(name)] = (int(fields[1]), comm, sum(int(x) for x in fields[11:15]) / _TICK)
+    return out
+
+
+def _roles(server_pids: tuple[int, ...]) -> dict[int, tuple[str, float]]:
+    """pid -> (role, CPU seconds) for this process and its descendants, and the servers'."""
+    procs = _processes()
+    me = os.getpid()
+    roles: dict[int, tuple[str, float]] = {}
+
+    def role_of(pid: int) -> str | None:
+        chain: list[int] = []
+        while pid in procs and len(chain) < 64:
+            if pid in server_pids:
+                return "server"
+            if pid == me:
+                break
+            chain.append(pid)
+            pid = procs[pid][0]
+        else:
+            return None
+        if not chain:
+            return "bench"
+        if procs[chain[0]][1] == "java":
+            return "JVM"
+        if any(procs[p][1] == "java" for p in chain[1:]):
+            return "Python workers"  # Spark's Python daemon and workers run under the JVM
+        return "bench children"
+
+    for pid, (_, _, cpu) in procs.items():
+        role = role_of(pid)
+        if role is not None:
+            roles[pid] = (role, cpu)
+    return roles
+
+
+@dataclass
+class CpuMeter:
+    """Measure the CPU-seconds each role used between ``start()`` and ``stop()``.
+
+    Roles: ``bench`` (this process: the client when it measures the client), ``JVM``, ``Python
+    workers`` (processes under the JVM), ``server`` (the given server pids and their children),
+    ``other`` (the rest of the machine). Processes that start in between count from zero.
+    """
+
+    server_pids: tuple[int, ...] = ()
+    cores: int = field(default_factory=lambda: os.cpu_count() or 1)
+    _start: dict[int, tuple[str, float]] = field(default_factory=dict)
+    _machine: float = 0.0
+    _wall: float = 0.0
+    used: dict[str, float] = field(default_factory=dict)
+    wall: float = 0.0
+
+    def start(self) -> CpuMeter:
+        self._start = _roles(self.server_pids)
+        self._machine = machine_busy_seconds()
+        self._wall = time.perf_counter()
+        return self
+
+    def stop(self) -> CpuMeter:
+        self.wall = time.perf_counter() - self._wall
+        machine = machine_busy_seconds() - self._machine
+        used: dict[str, float] = {}
+        for pid, (role, cpu) in _roles(self.server_pids).items():
+            before = self._start.get(pid, (role, 0.0))[1]
+            used[role] = used.get(role, 0.0) + max(0.0, cpu - before)
+        used["other"] = max(0.0, machine - sum(used.values()))
+        self.used = used
+        return self
+
+    @property
+    def total(self) -> float:
+        return sum(self.used.values())
+
+    def summary(self) -> str:
+        """``CPU-s per role, and the machine's cores busy over the wall time``."""
+        parts = ", ".join(f"{k} {v:.2f}" for k, v in sorted(self.used.items(), key=lambda kv: -kv[1]) if v >= 0.01)
+        busy = self.total / self.wall if self.wall else 0.0
+        return f"CPU-s: {parts}; {busy:.2f} of {self.cores} cores busy over {self.wall:.2f} s"
