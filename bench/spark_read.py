@@ -13,8 +13,9 @@ attributes: the issue's shape) and drains it twice, alternating the order betwee
 
 and, in the same run, the path's ceiling: a Python streaming source that only yields Arrow batches
 of the source's schema (65,536 rows, as a round hands them to Spark) into the same ``noop`` sink.
-A warm-up query of each comes first. Prints medians (rows/s) and the ratio spark/client. Bounded:
-every wait has a limit.
+A warm-up query of each comes first. Prints medians (rows/s) and the ratio spark/client, and where
+each run's CPU went (``bench/cpu.py``: JVM, Python workers, server, this process) with the rate the
+machine's cores would allow at that CPU. Bounded: every wait has a limit.
 
 ``--records`` measures record mode instead (docs/benchmarks.md, "Record mode: reading"): rows of
 five columns (long, ~10-character string, double, boolean, timestamp) packed
@@ -614,8 +615,8 @@ def main(argv: list[str] | None = None) -> int:
           f"from start() to the end of the AvailableNow query; the path's ceiling {ce:,.0f} rows/s")
     print(f"  Spark micro-batches  : {b:>10,.0f} rows/s   ratio {b / c:.2f} (target >= 0.8; addBatch time only); "
           f"the ceiling's {cb:,.0f} rows/s")
-    print(f"  CPU-seconds per 1,000,000 rows from start to end, medians, and how many of the {os.cpu_count()} cores "
-          "the run kept busy:")
+    print(f"  CPU-seconds per 1,000,000 rows from start to end (the query's start-up included), medians, how many of "
+          f"the {os.cpu_count()} cores the run kept busy, and the rate all of them could give at that CPU:")
     for which in ("client", "spark", "ceiling"):
         print(f"    {which:<8}: {cpu_line(cpu[which], args.flowfiles)}")
     return 0
@@ -627,8 +628,11 @@ def cpu_line(meters: list[CpuMeter], rows: int) -> str:
         return statistics.median(m.used.get(role, 0.0) for m in meters) * 1e6 / rows
 
     busy = statistics.median(m.total / m.wall for m in meters if m.wall)
+    total = statistics.median(m.total for m in meters)
+    bound = rows / (total / meters[0].cores) if total else float("inf")
     return (f"JVM {med('JVM'):.2f}, Python workers {med('Python workers'):.2f}, server {med('server'):.2f}, "
-            f"bench {med('bench'):.2f}, other {med('other'):.2f}; {busy:.2f} cores busy")
+            f"bench {med('bench'):.2f}, other {med('other'):.2f}; {busy:.2f} cores busy; "
+            f"at most {bound:,.0f} rows/s with that CPU spread evenly over the cores")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ prints the process's peak resident memory above what it held before the write.
 
 The server's queue is emptied (admin reset) between runs. Prints medians (rows/s, MiB/s of content,
 how busy the server process was: its CPU time over the run's wall time, from /proc) and the ratios
-spark/client. Also the encoding step alone, in memory (per-row core encoder vs the
+spark/client; where each run's CPU went (``bench/cpu.py``: JVM, Python workers, server, this process)
+and the rate the machine's cores would allow at that CPU. Also the encoding step alone, in memory (per-row core encoder vs the
 Arrow encoder). Bounded: every transfer has a timeout; the run has ``--rounds`` rounds.
 """
 
@@ -44,7 +45,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.cpu import cpu_seconds
+from bench.cpu import CpuMeter
 from pyspark_s2s.server.process import ServerSubprocess
 
 PORT = "in"
@@ -372,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
           f"Arrow encoder {arrow_rate:,.0f} rows/s ({arrow_rate / row_rate:.1f}x)", flush=True)
     spark = local_session("bench-spark-write")
     results: dict[tuple[str, str], list[float]] = {}
+    meters: dict[tuple[str, str], list[CpuMeter]] = {}
     try:
         with ServerSubprocess(["--ttl", "120", "--input-port", PORT], cwd=str(REPO)) as server:
             url = server.url
@@ -396,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
                     if r % 2:
                         order.reverse()
                     for which in order:
-                        cpu0, wall0 = cpu_seconds(server.pid), time.perf_counter()
+                        meter = CpuMeter((server.pid,)).start()
                         if which == "client":
                             rate = client_send(url, n, size)
                         elif which == "client+arrow":
@@ -405,15 +407,18 @@ def main(argv: list[str] | None = None) -> int:
                             rate = spark_write(spark, url, n, size, args.partitions)
                         else:
                             rate = python_noop_write(spark, n, size, args.partitions)
-                        busy = (cpu_seconds(server.pid) - cpu0) / (time.perf_counter() - wall0)
+                        meter.stop()
+                        busy = meter.used.get("server", 0.0) / meter.wall
                         queued = adm.queued(PORT)
                         if which != "spark-noop" and queued != n:
                             raise RuntimeError(f"{which} {group}: the server holds {queued} of {n} FlowFiles")
                         adm.reset()
                         results.setdefault((group, which), []).append(rate)
                         results.setdefault((group, which + " server"), []).append(busy)
+                        meters.setdefault((group, which), []).append(meter)
                         print(f"round {r + 1} {group:5} {which:12}: {rate:>10,.0f} rows/s "
-                              f"{rate * size / MIB:>8,.1f} MiB/s   server busy {busy:4.0%} of a core", flush=True)
+                              f"{rate * size / MIB:>8,.1f} MiB/s   server busy {busy:4.0%} of a core\n"
+                              f"    {meter.summary()}", flush=True)
     finally:
         spark.stop()
     print(f"\nmedians of {args.rounds} rounds, {args.partitions} Spark tasks, 1 server node:")
@@ -429,7 +434,24 @@ def main(argv: list[str] | None = None) -> int:
                 ratio += "  (Spark handing rows to a Python sink that only counts them)"
             busy = statistics.median(results[(group, w + " server")])
             print(f"    {w:12} {rate:>10,.0f} rows/s {rate * size / MIB:>8,.1f} MiB/s  server {busy:4.0%}{ratio}")
+        unit, per = ("1M rows", 1_000_000) if group == "small" else ("GiB", 1024)
+        print(f"    CPU-seconds per {unit}, medians, and the rate the machine's {os.cpu_count()} cores would allow if "
+              "that CPU were spread evenly over them (all cores busy):")
+        for w in med:
+            print(f"      {w:12} {cpu_split(meters[(group, w)], n, per, size)}")
     return 0
+
+
+def cpu_split(meters: list[CpuMeter], rows: int, per: int, size: int) -> str:
+    """Median CPU-seconds per ``per`` rows by role; the rows/s all cores could give at that CPU."""
+    def med(role: str) -> float:
+        return statistics.median(m.used.get(role, 0.0) for m in meters) * per / rows
+
+    total = statistics.median(m.total for m in meters)
+    bound = rows / (total / meters[0].cores) if total else float("inf")
+    return (f"JVM {med('JVM'):.2f}, Python workers {med('Python workers'):.2f}, server {med('server'):.2f}, "
+            f"bench {med('bench'):.2f}, other {med('other'):.2f}; at most {bound:,.0f} rows/s "
+            f"({bound * size / MIB:,.1f} MiB/s)")
 
 
 if __name__ == "__main__":
