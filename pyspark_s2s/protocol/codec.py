@@ -21,13 +21,14 @@ No I/O: bytes in, events out (h11 style).
 
 from __future__ import annotations
 
+import functools
 import struct
 from array import array
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Final
+from typing import Any, Final
 
 from pyspark_s2s.errors import ProtocolError
 from pyspark_s2s.protocol._crc import crc32
@@ -227,6 +228,15 @@ class PacketDecoder:
         self._consumed = 0
         self._failed = False
         self._eof = False
+        # the shape of the last packets (attribute count, every key and value length): NiFi's
+        # FlowFiles of one flow often repeat it, and a packet of a known shape is read with one
+        # unpack_from that checks the shape as it reads (see _parse_header)
+        self._last_lengths: tuple[int, ...] | None = None
+        self._shape: struct.Struct | None = None
+        self._shape_lengths: tuple[int, ...] = ()
+        self._shape_count = 0
+        self._keys: tuple[bytes, ...] = ()
+        self._key_names: tuple[str, ...] = ()
 
     # -- state -----------------------------------------------------------------------------
     @property
@@ -496,10 +506,17 @@ class PacketDecoder:
         return self._parse_header(avail)
 
     def _parse_header(self, avail: int) -> DecoderEvent:
+        shape = self._shape
+        if shape is not None and avail >= shape.size:
+            fields = shape.unpack_from(self._buf, self._pos)
+            if fields[0] == self._shape_count and fields[1:-1:2] == self._shape_lengths:
+                return self._known_shape(avail, shape.size, fields)
+            self._shape = None  # another shape: read field by field, and learn it if it repeats
         buf = self._buf
         start = self._pos
         end = start + avail
         unpack_i32 = _I32.unpack_from
+        lengths: list[int] = []
         (count,) = unpack_i32(buf, start)
         if count < 0 or count > self._max_attributes:
             raise ProtocolError(
@@ -533,6 +550,7 @@ class PacketDecoder:
                 attributes[str(view[ks : ks + kl], "utf-8", "replace")] = str(
                     view[vs:p], "utf-8", "replace"
                 )
+                lengths += (kl, vl)
             if p + 8 > end:
                 return self._need_more(p + 8 - start)
             (content_length,) = _I64.unpack_from(buf, p)
@@ -541,17 +559,60 @@ class PacketDecoder:
                     f"packet {self._packets + 1}: negative content length {content_length}"
                 )
             p += 8
-            self._need = 4
-            total = p + content_length
-            if content_length <= self._inline_limit and total <= end:
-                # the common case: a whole small packet is buffered; one CRC call, one copy
-                self._crc = crc32(view[start:total], self._crc)
-                content = bytes(view[p:total])
-                self._pos = total
-                self._consumed += total - start
-                self._packets += 1
-                return DataPacket(attributes, content)
-            self._crc = crc32(view[start:p], self._crc)
+            shape_lengths = tuple(lengths)
+            if shape_lengths == self._last_lengths:
+                self._learn_shape(count, shape_lengths)
+            self._last_lengths = shape_lengths
+            return self._after_header(start, p, end, attributes, content_length, view)
+
+    def _learn_shape(self, count: int, lengths: tuple[int, ...]) -> None:
+        """Read the next packets with one ``unpack_from`` while they keep this shape."""
+        layout = "".join(f"i{kl}si{vl}s" for kl, vl in zip(lengths[::2], lengths[1::2]))
+        self._shape = _shape_struct(f">i{layout}q")
+        self._shape_lengths = lengths
+        self._shape_count = count
+
+    def _known_shape(self, avail: int, size: int, fields: tuple[Any, ...]) -> DecoderEvent:
+        """A packet of the learnt shape, its header ``size`` bytes: ``fields`` = (count, key
+        length, key, value length, value, ..., content length), the lengths already checked."""
+        keys = fields[2:-1:4]
+        if keys != self._keys:
+            self._keys = keys
+            self._key_names = tuple(str(k, "utf-8", "replace") for k in keys)
+        attributes = dict(zip(self._key_names, [str(v, "utf-8", "replace") for v in fields[4:-1:4]]))
+        content_length = fields[-1]
+        if content_length < 0:
+            raise ProtocolError(f"packet {self._packets + 1}: negative content length {content_length}")
+        start = self._pos
+        p = start + size
+        total = p + content_length
+        with memoryview(self._buf) as view:
+            if content_length > self._inline_limit or total > start + avail:
+                return self._after_header(start, p, start + avail, attributes, content_length, view)
+            # a whole small packet is buffered, as _after_header's common case
+            self._crc = crc32(view[start:total], self._crc)
+            content = bytes(view[p:total])
+        self._need = 4
+        self._pos = total
+        self._consumed += total - start
+        self._packets += 1
+        return DataPacket(attributes, content)
+
+    def _after_header(self, start: int, p: int, end: int, attributes: dict[str, str], content_length: int,
+                      view: memoryview) -> DecoderEvent:
+        """The header of the packet at ``start`` ends at ``p``: its content inline, pending, or
+        streaming."""
+        self._need = 4
+        total = p + content_length
+        if content_length <= self._inline_limit and total <= end:
+            # the common case: a whole small packet is buffered; one CRC call, one copy
+            self._crc = crc32(view[start:total], self._crc)
+            content = bytes(view[p:total])
+            self._pos = total
+            self._consumed += total - start
+            self._packets += 1
+            return DataPacket(attributes, content)
+        self._crc = crc32(view[start:p], self._crc)
         self._pos = p
         self._consumed += p - start
         if content_length <= self._inline_limit:
@@ -576,6 +637,12 @@ class PacketDecoder:
                 f"packet {self._packets + 1}: attribute section exceeds {self._max_header} bytes"
             )
         return NEED_DATA
+
+
+@functools.lru_cache(maxsize=64)
+def _shape_struct(fmt: str) -> struct.Struct:
+    """The compiled layout of one packet header shape (a few flows' shapes at a time)."""
+    return struct.Struct(fmt)
 
 
 def decode_packets(data: bytes | bytearray | memoryview) -> list[DataPacket]:

@@ -365,3 +365,60 @@ def test_scan_from_an_offset_continues_where_it_stopped() -> None:
     assert (end2, ends + ends2, counts + counts2) == (len(wire), *scan_ends(wire, 100)[1:])
     _, sizes2, _ = scan_deltas(wire, 100, start=end)
     assert sizes2[0] == 4 and end + sum(sizes2) == len(wire)
+
+
+class _FieldByField(PacketDecoder):
+    """The decoder without its known-shape path: every header read field by field."""
+
+    def _learn_shape(self, count: int, lengths: tuple[int, ...]) -> None:
+        pass
+
+
+def _events_or_error(dec: PacketDecoder, data: bytes, step: int) -> tuple[list[object], str | None, int]:
+    out: list[object] = []
+    try:
+        for i in range(0, len(data), step):
+            dec.feed(data[i : i + step])
+            for ev in dec.events():
+                if isinstance(ev, (DataPacket, PacketStart)):
+                    out.append((type(ev).__name__, list(ev.attributes.items()), getattr(ev, "content", None),
+                                getattr(ev, "content_length", None)))
+                else:
+                    out.append(ev)
+        dec.end_of_stream()
+    except ProtocolError as exc:
+        return out, str(exc), dec.checksum
+    return out, None, dec.checksum
+
+
+@settings(max_examples=300)
+@given(shaped, st.integers(min_value=1, max_value=700), st.integers(min_value=0, max_value=40),
+       st.one_of(st.none(), st.tuples(st.integers(0), st.integers(0, 255))))
+def test_decoder_reads_packets_of_a_known_shape_like_field_by_field(
+        runs: list[tuple[int, int, int, int]], step: int, inline: int, damage: tuple[int, int] | None) -> None:
+    # runs of one shape, shapes changing between runs, fed in any step, contents inline, pending
+    # or streamed (inline limit), and any byte damaged: the same events, error and checksum
+    wire = bytearray(b"".join(_shaped_wire(runs)))
+    if damage is not None and wire:
+        wire[damage[0] % len(wire)] = damage[1]
+    data = bytes(wire)
+    got = _events_or_error(PacketDecoder(max_attributes=40, inline_content_limit=inline), data, step)
+    want = _events_or_error(_FieldByField(max_attributes=40, inline_content_limit=inline), data, step)
+    assert got == want
+
+
+def test_a_known_shape_with_another_value_byte_is_read_as_sent() -> None:
+    # same lengths, different bytes (ASCII, multi-byte, malformed UTF-8), duplicate keys
+    attrs = [{"uuid": "a" * 36, "k": "é"}, {"uuid": "b" * 36, "k": "x\x00"}, {"uuid": "c" * 36, "k": "zz"}]
+    wire = b"".join(encode_packet(a, b"c") for a in attrs)
+    wire += encode_packet_header({"uuid": "d" * 36, "k": "yy"}, 1).replace(b"yy", b"\xff\xfe") + b"c"
+    dup = b"".join([struct.pack(">i", 2), struct.pack(">i", 1), b"a", struct.pack(">i", 1), b"1",
+                    struct.pack(">i", 1), b"a", struct.pack(">i", 1), b"2", struct.pack(">q", 0)])
+    wire += dup * 3
+    dec = PacketDecoder()
+    dec.feed(wire)
+    got = packets_of(dec.events())
+    assert [p.attributes for p in got[:3]] == attrs
+    assert got[3].attributes == {"uuid": "d" * 36, "k": "\ufffd\ufffd"}
+    assert [p.attributes for p in got[4:]] == [{"a": "2"}] * 3
+    assert dec.checksum == zlib.crc32(wire)
