@@ -231,7 +231,8 @@ class PacketDecoder:
         # the shape of the last packets (attribute count, every key and value length): NiFi's
         # FlowFiles of one flow often repeat it, and a packet of a known shape is read with one
         # unpack_from that checks the shape as it reads (see _parse_header)
-        self._last_lengths: tuple[int, ...] | None = None
+        self._last_header = -1  # header size and attribute count of the last packet read field by field
+        self._last_count = -1
         self._shape: struct.Struct | None = None
         self._shape_lengths: tuple[int, ...] = ()
         self._shape_count = 0
@@ -516,7 +517,6 @@ class PacketDecoder:
         start = self._pos
         end = start + avail
         unpack_i32 = _I32.unpack_from
-        lengths: list[int] = []
         (count,) = unpack_i32(buf, start)
         if count < 0 or count > self._max_attributes:
             raise ProtocolError(
@@ -550,7 +550,6 @@ class PacketDecoder:
                 attributes[str(view[ks : ks + kl], "utf-8", "replace")] = str(
                     view[vs:p], "utf-8", "replace"
                 )
-                lengths += (kl, vl)
             if p + 8 > end:
                 return self._need_more(p + 8 - start)
             (content_length,) = _I64.unpack_from(buf, p)
@@ -559,17 +558,26 @@ class PacketDecoder:
                     f"packet {self._packets + 1}: negative content length {content_length}"
                 )
             p += 8
-            shape_lengths = tuple(lengths)
-            if shape_lengths == self._last_lengths:
-                self._learn_shape(count, shape_lengths)
-            self._last_lengths = shape_lengths
+            if p - start == self._last_header and count == self._last_count:
+                self._learn_shape(start, count)  # (almost always) the previous packet's shape again
+            self._last_header = p - start
+            self._last_count = count
             return self._after_header(start, p, end, attributes, content_length, view)
 
-    def _learn_shape(self, count: int, lengths: tuple[int, ...]) -> None:
-        """Read the next packets with one ``unpack_from`` while they keep this shape."""
+    def _learn_shape(self, start: int, count: int) -> None:
+        """Read the next packets with one ``unpack_from`` while they keep the shape of the
+        (already checked) header at ``start``."""
+        unpack_i32 = _I32.unpack_from
+        lengths: list[int] = []
+        p = start + 4
+        for _ in range(count):
+            (kl,) = unpack_i32(self._buf, p)
+            (vl,) = unpack_i32(self._buf, p + 4 + kl)
+            lengths += (kl, vl)
+            p += 8 + kl + vl
         layout = "".join(f"i{kl}si{vl}s" for kl, vl in zip(lengths[::2], lengths[1::2]))
         self._shape = _shape_struct(f">i{layout}q")
-        self._shape_lengths = lengths
+        self._shape_lengths = tuple(lengths)
         self._shape_count = count
 
     def _known_shape(self, avail: int, size: int, fields: tuple[Any, ...]) -> DecoderEvent:

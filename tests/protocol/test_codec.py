@@ -370,7 +370,7 @@ def test_scan_from_an_offset_continues_where_it_stopped() -> None:
 class _FieldByField(PacketDecoder):
     """The decoder without its known-shape path: every header read field by field."""
 
-    def _learn_shape(self, count: int, lengths: tuple[int, ...]) -> None:
+    def _learn_shape(self, start: int, count: int) -> None:
         pass
 
 
