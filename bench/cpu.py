@@ -10,20 +10,28 @@ Elsewhere than Linux every figure is 0.
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from dataclasses import dataclass, field
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
+def _stat(pid: int | str) -> tuple[str, list[str]] | None:
+    """(command name, the fields after it) of ``/proc/<pid>/stat``; None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    head, _, rest = text.rpartition(")")
+    return head[head.index("(") + 1 :], rest.split()
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of process ``pid`` so far (0.0 when it is gone or not on Linux)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _TICK
+    stat = _stat(pid)
+    return 0.0 if stat is None else (int(stat[1][11]) + int(stat[1][12])) / _TICK
 
 
 def machine_busy_seconds() -> float:
@@ -45,15 +53,10 @@ def _processes() -> dict[int, tuple[int, str, float]]:
     except OSError:
         return out
     for name in names:
-        if not name.isdigit():
+        stat = _stat(name) if name.isdigit() else None
+        if stat is None:
             continue
-        try:
-            with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as fh:
-                text = fh.read()
-        except OSError:
-            continue
-        comm = text[text.index("(") + 1:text.rindex(")")]
-        fields = text.rsplit(")", 1)[1].split()
+        comm, fields = stat
         # its own time and that of the children it has reaped: a Python worker that ends within the
         # measured span still counts, under the process that started it
         out[int(name)] = (int(fields[1]), comm, sum(int(x) for x in fields[11:15]) / _TICK)
@@ -135,3 +138,16 @@ class CpuMeter:
         parts = ", ".join(f"{k} {v:.2f}" for k, v in sorted(self.used.items(), key=lambda kv: -kv[1]) if v >= 0.01)
         busy = self.total / self.wall if self.wall else 0.0
         return f"CPU-s: {parts}; {busy:.2f} of {self.cores} cores busy over {self.wall:.2f} s"
+
+
+def median_split(meters: list[CpuMeter], rows: int, per: int) -> tuple[str, float]:
+    """The median CPU-seconds per ``per`` rows of each role over ``meters`` (runs of ``rows``
+    rows each), and the rows/s all cores could give at the median total CPU."""
+    def med(role: str) -> float:
+        return statistics.median(m.used.get(role, 0.0) for m in meters) * per / rows
+
+    total = statistics.median(m.total for m in meters)
+    bound = rows / (total / meters[0].cores) if total else float("inf")
+    roles = (f"JVM {med('JVM'):.2f}, Python workers {med('Python workers'):.2f}, server {med('server'):.2f}, "
+             f"bench {med('bench'):.2f}, other {med('other'):.2f}")
+    return roles, bound

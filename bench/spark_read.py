@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.cpu import CpuMeter
+from bench.cpu import CpuMeter, median_split
 from pyspark_s2s.server.process import ServerSubprocess
 
 REPO = Path(__file__).resolve().parents[1]
@@ -624,15 +624,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def cpu_line(meters: list[CpuMeter], rows: int) -> str:
     """Median CPU-seconds per million rows by role, and the share of the machine's cores used."""
-    def med(role: str) -> float:
-        return statistics.median(m.used.get(role, 0.0) for m in meters) * 1e6 / rows
-
+    roles, bound = median_split(meters, rows, 1_000_000)
     busy = statistics.median(m.total / m.wall for m in meters if m.wall)
-    total = statistics.median(m.total for m in meters)
-    bound = rows / (total / meters[0].cores) if total else float("inf")
-    return (f"JVM {med('JVM'):.2f}, Python workers {med('Python workers'):.2f}, server {med('server'):.2f}, "
-            f"bench {med('bench'):.2f}, other {med('other'):.2f}; {busy:.2f} cores busy; "
-            f"at most {bound:,.0f} rows/s with that CPU spread evenly over the cores")
+    return f"{roles}; {busy:.2f} cores busy; at most {bound:,.0f} rows/s with that CPU spread evenly over the cores"
 
 
 if __name__ == "__main__":

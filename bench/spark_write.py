@@ -45,7 +45,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.cpu import CpuMeter
+from bench.cpu import CpuMeter, median_split
 from pyspark_s2s.server.process import ServerSubprocess
 
 PORT = "in"
@@ -444,14 +444,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def cpu_split(meters: list[CpuMeter], rows: int, per: int, size: int) -> str:
     """Median CPU-seconds per ``per`` rows by role; the rows/s all cores could give at that CPU."""
-    def med(role: str) -> float:
-        return statistics.median(m.used.get(role, 0.0) for m in meters) * per / rows
-
-    total = statistics.median(m.total for m in meters)
-    bound = rows / (total / meters[0].cores) if total else float("inf")
-    return (f"JVM {med('JVM'):.2f}, Python workers {med('Python workers'):.2f}, server {med('server'):.2f}, "
-            f"bench {med('bench'):.2f}, other {med('other'):.2f}; at most {bound:,.0f} rows/s "
-            f"({bound * size / MIB:,.1f} MiB/s)")
+    roles, bound = median_split(meters, rows, per)
+    return f"{roles}; at most {bound:,.0f} rows/s ({bound * size / MIB:,.1f} MiB/s)"
 
 
 if __name__ == "__main__":

@@ -592,19 +592,8 @@ class PacketDecoder:
         if content_length < 0:
             raise ProtocolError(f"packet {self._packets + 1}: negative content length {content_length}")
         start = self._pos
-        p = start + size
-        total = p + content_length
         with memoryview(self._buf) as view:
-            if content_length > self._inline_limit or total > start + avail:
-                return self._after_header(start, p, start + avail, attributes, content_length, view)
-            # a whole small packet is buffered, as _after_header's common case
-            self._crc = crc32(view[start:total], self._crc)
-            content = bytes(view[p:total])
-        self._need = 4
-        self._pos = total
-        self._consumed += total - start
-        self._packets += 1
-        return DataPacket(attributes, content)
+            return self._after_header(start, start + size, start + avail, attributes, content_length, view)
 
     def _after_header(self, start: int, p: int, end: int, attributes: dict[str, str], content_length: int,
                       view: memoryview) -> DecoderEvent:
