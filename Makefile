@@ -4,6 +4,8 @@
 #   make test    set up .venv if needed, lint (ruff, mypy), run the whole test suite (pyspark 4.3.0), then the Spark
 #                tests that matter again on the oldest supported pyspark line (.venv-spark-oldest)
 #   make bench   set up .venv if needed, then run the client and Spark read benchmarks
+#   make dist    set up .venv if needed, then build the sdist and the wheel into dist/ (python -m build)
+#   make docs    set up .venv if needed, then build the docs site into build/site (mkdocs build --strict)
 #   make clean   remove .venv and build/test caches
 #
 # .venv is (re)installed only when setup.cfg or pyproject.toml is newer than its stamp file,
@@ -36,7 +38,7 @@ OLDEST_ARGS := -p no:unraisableexception -W ignore::ResourceWarning \
 	--deselect tests/spark/test_source_stream.py::test_admission_control_caps_each_micro_batch \
 	--deselect tests/spark/test_source_stream.py::test_available_now_ends_while_nifi_keeps_adding
 
-.PHONY: demo test test-oldest lint bench clean venv venv-oldest check-python check-java
+.PHONY: demo test test-oldest lint bench dist docs clean venv venv-oldest check-python check-java
 
 demo: check-java venv
 	$(VPY) -m pyspark_s2s.spark.demo
@@ -58,7 +60,7 @@ test: check-java venv venv-oldest lint
 # ruff over the code (tests/ not yet: its older files predate the pinned ruff's rules) and mypy
 # (strict on the protocol core, setup.cfg); the pinned versions come with the dev extra
 lint: venv
-	$(VPY) -m ruff check pyspark_s2s bench faults integration
+	$(VPY) -m ruff check pyspark_s2s bench faults integration mkdocs_hooks.py
 	$(VPY) -m mypy pyspark_s2s
 
 # the Spark tests on the oldest supported line only
@@ -68,6 +70,17 @@ test-oldest: check-java venv-oldest
 bench: check-java venv
 	$(VPY) -m bench.client
 	$(VPY) -m bench.spark_read
+
+# the sdist, and the wheel built from it (tests/test_wheel.py installs such a wheel into a fresh venv)
+dist: venv
+	rm -rf dist
+	$(VPY) -m build --outdir dist .
+
+# the docs site (mkdocs.yml, mkdocs_hooks.py) into build/site; --strict: a link or heading fragment that
+# does not resolve, or a page missing from the navigation, fails the build (tests/test_docs_site.py
+# runs the same build in the suite). NO_MKDOCS_2_WARNING silences the theme's end-of-life banner.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(VPY) -m mkdocs build --strict
 
 venv: $(STAMP)
 
@@ -81,7 +94,7 @@ $(STAMP): setup.cfg pyproject.toml | check-python
 		echo "creating $(VENV) with $$($(PYTHON) --version 2>&1)"; \
 		rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); \
 	fi
-	$(VPY) -m pip install -q -e '.[test,dev]' --config-settings editable_mode=compat
+	$(VPY) -m pip install -q -e '.[test,dev,docs]' --config-settings editable_mode=compat
 	@touch $@
 
 # the package as in .venv, but next to pyspark $(OLDEST_PYSPARK) and the test tools only
