@@ -8,7 +8,9 @@ output). A group joins small FlowFiles into one input the format's reader takes 
 keeps where each FlowFile's records start:
 
 * JSON: each FlowFile becomes one line ``{"records": [...]}`` (its top-level array as it is, or its
-  one-object-per-line records joined into an array); the list offsets are the boundaries;
+  one-object-per-line records joined into an array); the list offsets are the boundaries. A target
+  with a map is read by the stdlib ``json`` (pyarrow's reader has no map type), FlowFile by
+  FlowFile into one table, as a FlowFile read alone is;
 * Avro: the data blocks of containers with the same header (schema, codec) are written after one
   header with one sync marker (with codec null, as one block); each block carries its record count;
 * CSV: the bodies of FlowFiles with the same header line follow one header; a FlowFile whose
@@ -47,6 +49,10 @@ from pyspark_s2s.records.read import (
     _json_read_type,
     _polars_reads,
     conform,
+    json_needs_objects,
+    json_objects_table,
+    json_records,
+    json_source_schema,
 )
 
 __all__ = ["GROUPED_FORMATS", "SMALL_RECORD_SET", "RecordSetGroup"]
@@ -178,8 +184,12 @@ def _json_piece(content: bytes) -> tuple[Any, Any] | None:
 
 def _read_json(pieces: list[Any], target: pa.Schema) -> tuple[pa.RecordBatch, list[int]]:
     import pyarrow.json as pjson
+    final = target
+    if json_needs_objects(target):
+        return _read_json_objects(pieces, target)
     present = [p for p in pieces if p is not None]
     data = b"".join(b'{"records":' + p + b"}\n" for p in present)
+    target = json_source_schema(data, target)  # keys named by NiFi's rule ("a b" -> "a_b")
     attempts = [False, True] if any(_has_temporal(f.type) for f in target) else [False]
     error: Exception | None = None
     for as_text in attempts:
@@ -204,8 +214,21 @@ def _read_json(pieces: list[Any], target: pa.Schema) -> tuple[pa.RecordBatch, li
         counts = [0 if p is None else next(sizes) for p in pieces]
         batch = pa.RecordBatch.from_struct_array(records) if len(records) else \
             pa.RecordBatch.from_pylist([], schema=pa.schema(fields))
-        return conform(batch, target), counts
+        return conform(batch, final), counts
     raise MalformedRecordSet(f"cannot read the joined JSON record sets: {error}")
+
+
+def _read_json_objects(pieces: list[Any], target: pa.Schema) -> tuple[pa.RecordBatch, list[int]]:
+    """A target with a map: each FlowFile's records by the stdlib ``json``, as
+    :func:`~pyspark_s2s.records.read.read_record_set` reads them, then one table for all."""
+    records: list[Any] = []
+    counts = []
+    for p in pieces:
+        some = [] if p is None else json_records(p)
+        counts.append(len(some))
+        records.extend(some)
+    source = json_source_schema(b"".join(p for p in pieces if p is not None), target)
+    return conform(json_objects_table(records, source), target), counts
 
 
 # -- CSV -------------------------------------------------------------------------------------------

@@ -2,17 +2,30 @@
 
 Owns: :func:`read_record_set` (parse one FlowFile's record set with a library and conform it to a
 target Arrow schema: fields matched by name, missing ones null, unknown ones dropped, values cast
-with Arrow's checked casts), :func:`infer_arrow_schema` (the schema a self-describing record set
-carries: Avro's embedded schema, Parquet's footer), :class:`ReadSettings` (the CSV dialect) and
-:data:`AVRO_FAST_CODECS`. Everything is columnar: libraries parse into Arrow, and the conversions
-(epoch milliseconds to timestamps, NiFi's JSON byte arrays to binary, ...) are Arrow compute.
+with Arrow's checked casts), :func:`infer_arrow_schema` (the schema a record set carries: Avro's
+embedded schema, Parquet's footer, or for JSON and CSV NiFi's ``avro.schema`` attribute),
+:func:`arrow_schema_from_avro`, :class:`ReadSettings` (the CSV dialect) and :data:`AVRO_FAST_CODECS`.
+The common paths are columnar: libraries parse into Arrow, and the conversions (epoch milliseconds
+to timestamps, NiFi's JSON byte arrays to binary, ...) are Arrow compute.
 
 Libraries (chosen by measurement, docs/benchmarks.md "Record mode: reading"):
 
-* Parquet, CSV and JSON: pyarrow (``pyarrow.parquet``, ``pyarrow.csv``, ``pyarrow.json``);
+* Parquet, CSV and JSON: pyarrow (``pyarrow.parquet``, ``pyarrow.csv``, ``pyarrow.json``). pyarrow's
+  JSON reader has no map type and takes a number or a string per field, never both: a target with
+  a map, and a JSON content pyarrow refuses, are read by the stdlib ``json`` into Python objects
+  (numbers kept as their text, parsed by the same Arrow casts), which takes every form pyarrow
+  takes, with the same values, and more (``"NaN"`` in a double field, epoch milliseconds and ISO
+  text in one timestamp field, a JSON string or number in a decimal field: whatever NiFi's reader
+  takes for them);
 * Avro: polars' Arrow-native reader (codecs null, deflate, snappy), and fastavro for what polars
   does not read (the bzip2 and xz codecs NiFi's AvroRecordSetWriter offers, enums, maps, unions of
-  several types, bare datums without a container header), about 15x slower.
+  several types, decimals polars cannot hold, bare datums without a container header), about 15x
+  slower. A union of several types is read by Spark's rule (as ``spark.read.format("avro")``):
+  {int, long} is a long, {float, double} a double, anything else a struct of nullable fields
+  ``member0``, ``member1``, ... in union order (null left out), one of them set per row.
+
+Values are never changed silently: a decimal with more digits than its type holds, a number that
+does not fit its integer type, text that is no number, raise.
 
 A content that cannot be read as the format, or whose values do not fit the target types, raises
 :class:`~pyspark_s2s.errors.MalformedRecordSet` naming the field and the parse error; the caller
@@ -25,8 +38,11 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from decimal import Context, Decimal
+from itertools import accumulate
 from typing import Any
 
 import pyarrow as pa
@@ -34,13 +50,16 @@ import pyarrow.compute as pc
 
 from pyspark_s2s.errors import MalformedRecordSet
 from pyspark_s2s.records import container
+from pyspark_s2s.records.types import avro_name
 
 __all__ = [
     "AVRO_FAST_CODECS",
     "READ_FORMATS",
     "ReadSettings",
+    "arrow_schema_from_avro",
     "avro_to_arrow_type",
     "infer_arrow_schema",
+    "json_source_schema",
     "read_record_set",
 ]
 
@@ -51,6 +70,8 @@ AVRO_FAST_CODECS = ("null", "deflate", "snappy")
 #: Avro codecs fastavro reads (snappy needs cramjam, installed with this package)
 AVRO_CODECS = ("null", "deflate", "snappy", "bzip2", "xz", "zstandard")
 _DIGITS = r"^\s*-?\d+\s*$"
+#: ISO text with a time that ends with a zone offset (``Z``, ``+01``, ``+0100``, ``+01:00``)
+_ZONED = r"[Tt ].*(?:[Zz]|[+-]\d{2}(?::?\d{2})?)$"
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError)
 
 
@@ -92,21 +113,49 @@ def read_record_set(content: Any, fmt: str, target: pa.Schema, settings: ReadSet
         yield conform(batch, target)
 
 
-def infer_arrow_schema(content: Any, fmt: str) -> pa.Schema:
-    """The schema a self-describing record set carries (Avro's embedded schema, Parquet's footer)
-    as Arrow types, every field nullable."""
+def infer_arrow_schema(content: Any, fmt: str, attributes: Mapping[str, str] | None = None) -> pa.Schema:
+    """The schema a record set carries, as Arrow types, every field nullable: Avro's embedded
+    schema, Parquet's footer; for JSON and CSV (and Avro without a container header) the Avro
+    schema in NiFi's ``avro.schema`` attribute (``attributes``), which NiFi's writers set with
+    "Schema Write Strategy" = "Set 'avro.schema' Attribute" (and this package's sink sets for JSON
+    and CSV)."""
     buf = content if isinstance(content, pa.Buffer) else pa.py_buffer(content)
+    text = (attributes or {}).get("avro.schema")
     if fmt == "parquet":
         import pyarrow.parquet as pq
         try:
-            schema = pq.read_schema(pa.BufferReader(buf))
+            pf = pq.ParquetFile(pa.BufferReader(buf), coerce_int96_timestamp_unit="us")
+            schema = pf.schema_arrow
+            # INT96 timestamps are instants (Spark reads them as timestamp), though pyarrow gives
+            # them no zone
+            int96 = {pf.schema.column(i).path for i in range(len(pf.schema))
+                     if pf.schema.column(i).physical_type == "INT96"}
         except _ARROW_ERRORS + (OSError,) as exc:
             raise MalformedRecordSet(f"not a Parquet file: {exc}") from None
-    elif fmt == "avro":
+        schema = pa.schema([f.with_type(pa.timestamp(f.type.unit, tz="UTC"))
+                            if f.name in int96 and pa.types.is_timestamp(f.type) else f for f in schema])
+    elif fmt == "avro" and (not text or (buf.size >= 4 and buf[:4].to_pybytes() == container.MAGIC)):
         schema = pa.schema(_avro_fields(_avro_header(buf)[0]))
+    elif fmt in ("avro", "json", "csv"):
+        if not text:
+            raise MalformedRecordSet(
+                f"recordFormat={fmt} carries no schema of its own and the FlowFile has no avro.schema attribute "
+                "to take one from (NiFi's record writers set it with \"Schema Write Strategy\" = \"Set 'avro.schema' "
+                "Attribute\")")
+        return arrow_schema_from_avro(text)
     else:
         raise MalformedRecordSet(f"recordFormat={fmt} carries no schema to infer; give the reader a schema")
     return pa.schema([pa.field(f.name, _nullable_type(f.type), True) for f in schema])
+
+
+def arrow_schema_from_avro(text: str) -> pa.Schema:
+    """The Arrow schema of an Avro record schema given as JSON text (NiFi's ``avro.schema``
+    attribute), every field nullable, by the mapping Avro content is read with."""
+    try:
+        schema = json.loads(text)
+    except ValueError as exc:
+        raise MalformedRecordSet(f"the avro.schema attribute is not JSON: {exc}") from None
+    return pa.schema([pa.field(f.name, _nullable_type(f.type), True) for f in _avro_fields(schema)])
 
 
 def _nullable_type(t: pa.DataType) -> pa.DataType:
@@ -125,7 +174,7 @@ def _nullable_type(t: pa.DataType) -> pa.DataType:
 def _parquet(buf: pa.Buffer, target: pa.Schema, batch_rows: int) -> Iterator[pa.RecordBatch]:
     import pyarrow.parquet as pq
     try:
-        pf = pq.ParquetFile(pa.BufferReader(buf))
+        pf = pq.ParquetFile(pa.BufferReader(buf), coerce_int96_timestamp_unit="us")
         names = set(pf.schema_arrow.names)
         columns = [_match(f.name, names) for f in target]
         wanted = sorted({c for c in columns if c is not None})
@@ -147,22 +196,43 @@ def _csv_read_type(t: pa.DataType) -> pa.DataType:
     return t
 
 
+def _csv_header(buf: pa.Buffer, parse: Any) -> list[str]:
+    """The names in a CSV's header line (parsed with the record set's own dialect)."""
+    import pyarrow.csv as pcsv
+    read = pcsv.ReadOptions(use_threads=False, block_size=_block_size(buf), autogenerate_column_names=False)
+    try:
+        reader = pcsv.open_csv(pa.BufferReader(buf), read_options=read, parse_options=parse,
+                               convert_options=pcsv.ConvertOptions(auto_dict_encode=False))
+        return list(reader.schema.names)
+    except _ARROW_ERRORS as exc:
+        raise MalformedRecordSet(f"cannot read the CSV header: {exc}") from None
+
+
 def _csv(buf: pa.Buffer, target: pa.Schema, s: ReadSettings) -> pa.Table:
     import pyarrow.csv as pcsv
     if not _strip_prefix(buf):
         return target.empty_table()
     names = [f.name for f in target]
-    read = pcsv.ReadOptions(use_threads=False, block_size=_block_size(buf),
-                            column_names=None if s.header else names)
     parse = pcsv.ParseOptions(delimiter=s.sep, quote_char=s.quote or False, escape_char=s.escape or False,
                               double_quote=True, newlines_in_values=True, ignore_empty_lines=True)
-    convert = pcsv.ConvertOptions(column_types={f.name: _csv_read_type(f.type) for f in target},
-                                  null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=True,
-                                  include_columns=names, include_missing_columns=True)
+    # a column named by NiFi's rule for field names ("a b" is the header "a_b"): read under its
+    # header name and renamed (only looked at when a target name is not a valid field name)
+    source = {n: n for n in names}
+    if s.header and any(avro_name(n) != n for n in names):
+        header = set(_csv_header(buf, parse))
+        source = {n: n if n in header or avro_name(n) not in header else avro_name(n) for n in names}
+    read = pcsv.ReadOptions(use_threads=False, block_size=_block_size(buf),
+                            column_names=None if s.header else names)
+    # an empty field is null; a quoted "" is the empty string in a text column (the sink writes an
+    # empty string so; NiFi's own reader takes both as null)
+    convert = pcsv.ConvertOptions(column_types={source[f.name]: _csv_read_type(f.type) for f in target},
+                                  null_values=[""], strings_can_be_null=True, quoted_strings_can_be_null=False,
+                                  include_columns=[source[n] for n in names], include_missing_columns=True)
     try:
-        return pcsv.read_csv(pa.BufferReader(buf), read_options=read, parse_options=parse, convert_options=convert)
+        table = pcsv.read_csv(pa.BufferReader(buf), read_options=read, parse_options=parse, convert_options=convert)
     except _ARROW_ERRORS as exc:
         raise MalformedRecordSet(f"cannot read the CSV: {exc}") from None
+    return table.rename_columns(names) if any(source[n] != n for n in names) else table
 
 
 # -- JSON ----------------------------------------------------------------------------------------
@@ -193,13 +263,80 @@ def _has_temporal(t: pa.DataType) -> bool:
         return any(_has_temporal(f.type) for f in t)
     if pa.types.is_list(t):
         return _has_temporal(t.value_type)
+    if pa.types.is_map(t):
+        return _has_temporal(t.item_type)
     return False
+
+
+def _has_map(t: pa.DataType) -> bool:
+    """Does ``t`` hold a map anywhere (which pyarrow's JSON reader cannot read)?"""
+    if pa.types.is_map(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_has_map(f.type) for f in t)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _has_map(t.value_type)
+    return False
+
+
+def json_needs_objects(target: pa.Schema) -> bool:
+    """Whether a JSON content is read for ``target`` by the stdlib ``json`` (a map in it) rather
+    than by pyarrow's JSON reader."""
+    return any(_has_map(f.type) for f in target)
+
+
+def _renamed_type(t: pa.DataType, present: Any) -> pa.DataType:
+    if pa.types.is_struct(t):
+        return pa.struct([_renamed_field(f, present) for f in t])
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_renamed_type(t.value_type, present)))
+    if pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(_renamed_type(t.value_type, present)))
+    if pa.types.is_map(t):
+        return pa.map_(t.key_field, t.item_field.with_type(_renamed_type(t.item_type, present)))
+    return t
+
+
+def _renamed_field(f: pa.Field, present: Any) -> pa.Field:
+    name = f.name
+    field = avro_name(name)
+    if field != name and not present(json.dumps(name) + ":") and present(json.dumps(field) + ":"):
+        name = field
+    return pa.field(name, _renamed_type(f.type, present), f.nullable)
+
+
+def json_source_schema(content: Any, target: pa.Schema) -> pa.Schema:
+    """``target`` with each field whose name is not a valid record field name (``a b``) renamed to
+    the field NiFi's rule makes of it (``a_b``) when the content holds that key and not its own:
+    the key the sink and NiFi's writers write (conform matches the fields back by that rule)."""
+    if all(avro_name(n) == n for n in _field_names(target)):
+        return target
+    data = content.to_pybytes() if isinstance(content, pa.Buffer) else bytes(content)
+    return pa.schema([_renamed_field(f, lambda key: key.encode() in data) for f in target])
+
+
+def _field_names(schema: pa.Schema) -> Iterator[str]:
+    def walk(t: pa.DataType) -> Iterator[str]:
+        if pa.types.is_struct(t):
+            for f in t:
+                yield f.name
+                yield from walk(f.type)
+        elif pa.types.is_list(t) or pa.types.is_large_list(t):
+            yield from walk(t.value_type)
+        elif pa.types.is_map(t):
+            yield from walk(t.item_type)
+    for f in schema:
+        yield f.name
+        yield from walk(f.type)
 
 
 def _json(buf: pa.Buffer, target: pa.Schema) -> pa.Table:
     first = _strip_prefix(buf)
     if not first:
         return target.empty_table()
+    target = json_source_schema(buf, target)
+    if json_needs_objects(target):
+        return json_objects_table(json_records(buf), target)
     attempts = [False, True] if any(_has_temporal(f.type) for f in target) else [False]
     error: Exception | None = None
     for as_text in attempts:
@@ -208,7 +345,13 @@ def _json(buf: pa.Buffer, target: pa.Schema) -> pa.Table:
             return _json_parse(buf, first, pa.schema(fields))
         except _ARROW_ERRORS as exc:
             error = error or exc
-    raise MalformedRecordSet(f"cannot read the JSON: {error}") from None
+    # what pyarrow refuses may still be a record set NiFi reads: a field holding numbers and
+    # strings ("NaN" in a double field, epoch milliseconds and ISO text); the objects path reads it
+    # with the values pyarrow gives where it reads, or fails too (then pyarrow's error is reported)
+    try:
+        return json_objects_table(json_records(buf), target)
+    except MalformedRecordSet:
+        raise MalformedRecordSet(f"cannot read the JSON: {error}") from None
 
 
 def _json_parse(buf: pa.Buffer, first: bytes, schema: pa.Schema) -> pa.Table:
@@ -235,6 +378,177 @@ def _json_parse(buf: pa.Buffer, first: bytes, schema: pa.Schema) -> pa.Table:
         pa.BufferReader(buf), read_options=pjson.ReadOptions(use_threads=False, block_size=_block_size(buf)),
         parse_options=pjson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore",
                                          newlines_in_values=True))
+
+
+# -- JSON through Python objects (maps, and what pyarrow refuses) ----------------------------------
+
+
+class _Number(str):
+    """A JSON number with a fraction or an exponent (or NaN, Infinity), as its text: parsed
+    later by Arrow's casts, as pyarrow's JSON reader parses a number's text, so both paths give
+    the same value (exact for decimals, correctly rounded for floats). Integers are Python ints
+    (exact); their text, where a cast needs it, is ``str(int)``."""
+
+    __slots__ = ()
+
+
+def _int_or_text(text: str) -> Any:
+    return _Number(text) if text == "-0" else int(text)
+
+
+_DECODER = json.JSONDecoder(parse_float=_Number, parse_constant=_Number)
+#: for a content with the integer -0 in it (somewhere): -0 kept as text, so a float field reads -0.0
+#: as pyarrow's reader does (a Python int has no sign of zero); slower, so only then
+_DECODER_NEGATIVE_ZERO = json.JSONDecoder(parse_float=_Number, parse_int=_int_or_text, parse_constant=_Number)
+_NEGATIVE_ZERO = re.compile(r"-0(?![.\deE])")
+_JSON_WS = re.compile(r"[ \t\n\r]*")
+#: a JSON string a float or double field takes: Java's spellings of NaN and the infinities (NiFi's
+#: reader parses them, Jackson writes them), or a number's text
+_FLOAT_TEXT = re.compile(r"[-+]?(?:NaN|Infinity|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)")
+
+
+def json_records(content: Any) -> list[dict[str, Any]]:
+    """The records of a JSON record set as Python objects (integers as ints, other numbers as
+    their text), in the shapes pyarrow's path reads: one top-level array of objects, or objects
+    separated by whitespace (JSON Lines, pretty-printed)."""
+    data = content.to_pybytes() if isinstance(content, pa.Buffer) else bytes(content)
+    try:
+        text = data.decode("utf-8")
+        pos = 1 if text.startswith("\ufeff") else 0
+        records: list[dict[str, Any]] = []
+        end = len(text)
+        pos = _JSON_WS.match(text, pos).end()  # type: ignore[union-attr]  # always matches
+        decoder = _DECODER_NEGATIVE_ZERO if _NEGATIVE_ZERO.search(text) else _DECODER
+        while pos < end:
+            value, pos = decoder.raw_decode(text, pos)
+            if isinstance(value, dict):
+                records.append(value)
+            elif isinstance(value, list) and not records:
+                for v in value:
+                    if not isinstance(v, dict):
+                        raise MalformedRecordSet(f"an array element is {_kind(v)}, not a record")
+                records.extend(value)
+                if _JSON_WS.match(text, pos).end() < end:  # type: ignore[union-attr]
+                    raise MalformedRecordSet("content after the top-level array")
+                break
+            else:
+                raise MalformedRecordSet(f"a record set holds one array of objects or objects, not {_kind(value)}")
+            pos = _JSON_WS.match(text, pos).end()  # type: ignore[union-attr]
+    except MalformedRecordSet:
+        raise
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise MalformedRecordSet(f"cannot read the JSON: {type(exc).__name__}: {exc}") from None
+    return records
+
+
+def json_objects_table(records: list[dict[str, Any]], target: pa.Schema) -> pa.Table:
+    """``records`` (from :func:`json_records`) as a table of the types pyarrow's JSON reader would
+    give for ``target`` (conformed to it afterwards, as the pyarrow path is), maps included."""
+    columns = []
+    try:
+        for f in target:
+            columns.append(_json_array([r.get(f.name) for r in records], f.type, f.name))
+    except MalformedRecordSet:
+        raise
+    except _ARROW_ERRORS as exc:
+        raise MalformedRecordSet(f"cannot read the JSON: {exc}") from None
+    except ValueError as exc:  # a string pyarrow cannot encode (a lone surrogate)
+        raise MalformedRecordSet(f"cannot read the JSON: {type(exc).__name__}: {exc}") from None
+    return pa.Table.from_arrays(columns, names=target.names)
+
+
+def _kind(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, _Number):
+        return f"the number {v[:40]}"
+    if isinstance(v, str):
+        return f"the string {json.dumps(v[:40])}"
+    return "an array" if isinstance(v, list) else "an object"
+
+
+def _wrong(name: str, v: Any, what: str) -> MalformedRecordSet:
+    return MalformedRecordSet(f"field {name}: {_kind(v)} where {what} was expected")
+
+
+_NONE = type(None)
+
+
+def _json_array(values: list[Any], t: pa.DataType, name: str) -> pa.Array:
+    """The JSON values of one field (Python objects) as an Arrow array: of ``t``, or for
+    temporal and binary fields of the form pyarrow's reader gives (``_json_read_type``), which
+    :func:`conform` converts."""
+    kinds = set(map(type, values))  # the Python types present, found at C speed
+
+    def refuse(allowed: tuple[type, ...], what: str) -> MalformedRecordSet:
+        return _wrong(name, next(v for v in values if type(v) not in allowed), what)
+
+    mask = pa.array([v is None for v in values], pa.bool_()) if _NONE in kinds else None
+    if pa.types.is_struct(t):
+        if not kinds <= {dict, _NONE}:
+            raise refuse((dict, _NONE), "a record")
+        children = [_json_array([None if v is None else v.get(f.name) for v in values], f.type, f"{name}.{f.name}")
+                    for f in t]
+        return pa.StructArray.from_arrays(children, fields=[pa.field(f.name, c.type) for f, c in zip(t, children)],
+                                          mask=mask)
+    binary = pa.types.is_binary(t) or pa.types.is_large_binary(t)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or binary:
+        if not kinds <= {list, _NONE}:
+            raise refuse((list, _NONE), "an array")
+        offsets = list(accumulate((0 if v is None else len(v) for v in values), initial=0))
+        child = _json_array([x for v in values if v for x in v], pa.int16() if binary else t.value_type, f"{name}[]")
+        return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), child, mask=mask)
+    if pa.types.is_map(t):
+        if not kinds <= {dict, _NONE}:
+            raise refuse((dict, _NONE), "an object (a map)")
+        offsets = list(accumulate((0 if v is None else len(v) for v in values), initial=0))
+        item = _json_array([x for v in values if v for x in v.values()], t.item_type, f"{name} value")
+        key = _cast(pa.array([k for v in values if v for k in v], pa.string()), t.key_type, f"{name} key")
+        return pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), key, item,
+                                       type=pa.map_(key.type, pa.field("value", item.type)), mask=mask)
+    if pa.types.is_boolean(t):
+        if not kinds <= {bool, _NONE}:
+            raise refuse((bool, _NONE), "a boolean")
+        return pa.array(values, t)
+    if pa.types.is_integer(t):
+        if not kinds <= {int, _Number, _NONE}:
+            raise refuse((int, _Number, _NONE), f"an integer ({t})")
+        if _Number in kinds:
+            # a fraction or an exponent (raises, as in pyarrow's reader), or -0 (0): Arrow's parse
+            return _cast(pa.array([str(v) if type(v) is int else v for v in values], pa.string()), t, name)
+        try:
+            return pa.array(values, t)
+        except (pa.ArrowInvalid, OverflowError) as exc:
+            raise MalformedRecordSet(f"field {name}: a value does not fit {t}: {exc}") from None
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        if not kinds <= {str, _NONE}:
+            raise refuse((str, _NONE), "a string")
+        return pa.array(values, t)
+    if pa.types.is_floating(t) or pa.types.is_decimal(t):
+        if not kinds <= {_Number, int, str, _NONE}:
+            raise refuse((_Number, int, str, _NONE), f"a number ({t})")
+        if str in kinds and pa.types.is_floating(t):
+            # "NaN", "Infinity", "-Infinity" (what Jackson writes, NiFi's reader parses) or a
+            # number's text; a decimal field takes a string holding a number (older sinks wrote
+            # that, NiFi's reader takes it), checked by the cast
+            for v in values:
+                if type(v) is str and not _FLOAT_TEXT.fullmatch(v):
+                    raise _wrong(name, v, f"a number ({t})")
+        texts = [str(v) if type(v) is int else v for v in values] if int in kinds else values
+        return _cast(pa.array(texts, pa.string()), t, name)
+    if pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_time(t):
+        if not kinds <= {int, str, _Number, _NONE}:
+            raise refuse((int, str, _Number, _NONE), f"epoch milliseconds or text ({t})")
+        if kinds <= {int, _NONE}:  # epoch milliseconds, as pyarrow's reader reads them (int64)
+            return _json_array(values, pa.int64(), name)
+        # text (or a mix): per value, digits as epoch milliseconds, other text as ISO (conform); a
+        # number with a fraction fails there, as in pyarrow's reader
+        return pa.array([str(v) if type(v) is int else v for v in values], pa.string())
+    if pa.types.is_null(t):
+        return pa.nulls(len(values))
+    raise MalformedRecordSet(f"field {name}: JSON values cannot be read as {t}")
 
 
 # -- Avro ----------------------------------------------------------------------------------------
@@ -268,7 +582,13 @@ def _avro(buf: pa.Buffer, target: pa.Schema, attributes: Mapping[str, str]) -> p
                 # a header and no block: NiFi's writers write this for no records, and polars
                 # fails on it for the deflate and snappy codecs
                 return target.empty_table()
-            return _avro_polars(buf)
+            try:
+                return _avro_polars(buf)
+            except MalformedRecordSet:
+                if not _avro_has_decimal(schema):
+                    raise
+                # polars refuses a decimal of more than 16 bytes (sign-extended, which Avro
+                # allows): fastavro reads it, or fails on the same content
         return _avro_fastavro(buf, schema, None)
     if not buf.size:
         return target.empty_table()
@@ -285,7 +605,8 @@ def _avro(buf: pa.Buffer, target: pa.Schema, attributes: Mapping[str, str]) -> p
 
 
 def _polars_reads(schema: Any) -> bool:
-    """Does polars' Avro reader read every type of ``schema`` (no enum, map, multi-type union)?"""
+    """Does polars' Avro reader read every type of ``schema`` right (no enum, map, union of
+    several types, decimal of more than 38 digits or in a fixed of more than 16 bytes)?"""
     if isinstance(schema, list):
         branches = [b for b in schema if b != "null"]
         return len(branches) == 1 and _polars_reads(branches[0])
@@ -293,14 +614,29 @@ def _polars_reads(schema: Any) -> bool:
         kind = schema.get("type")
         if kind in ("enum", "map"):
             return False
+        if schema.get("logicalType") == "decimal" and (
+                not 0 < int(schema.get("precision", 0)) <= 38 or (kind == "fixed" and int(schema.get("size", 0)) > 16)):
+            return False
         if kind == "record":
             return all(_polars_reads(f["type"]) for f in schema["fields"])
         if kind == "array":
             return _polars_reads(schema["items"])
-        if kind == "fixed" and schema.get("logicalType") == "decimal":
-            return False
         return _polars_reads(kind) if isinstance(kind, (dict, list)) else True
     return schema != "enum"
+
+
+def _avro_has_decimal(schema: Any) -> bool:
+    if isinstance(schema, list):
+        return any(_avro_has_decimal(b) for b in schema)
+    if not isinstance(schema, dict):
+        return False
+    if schema.get("logicalType") == "decimal":
+        return True
+    kind = schema.get("type")
+    if kind == "record":
+        return any(_avro_has_decimal(f["type"]) for f in schema["fields"])
+    return any(_avro_has_decimal(schema[k]) for k in ("items", "values") if k in schema) or \
+        isinstance(kind, (dict, list)) and _avro_has_decimal(kind)
 
 
 def _avro_polars(buf: pa.Buffer) -> pa.Table:
@@ -316,30 +652,193 @@ def _avro_polars(buf: pa.Buffer) -> pa.Table:
 #: converted with Arrow casts (no object per value)
 _STRIPPED_LOGICAL = ("uuid", "timestamp-millis", "timestamp-micros", "local-timestamp-millis",
                      "local-timestamp-micros", "date", "time-millis", "time-micros")
+#: logical types of the schema fastavro decodes with (this module's readers, registered with
+#: fastavro): a decimal (bytes or fixed), and a branch of a union of several types
+_DECIMAL = "pyspark-s2s-decimal"
+_MEMBER = "pyspark-s2s-member"
+_INDEX, _COUNT, _WAS_DECIMAL = "pyspark-s2s-index", "pyspark-s2s-count", "pyspark-s2s-was-decimal"
+_NAMED = ("record", "enum", "fixed")
+_AVRO_BASES = ("boolean", "int", "long", "float", "double", "bytes", "string", "null", "record", "enum", "fixed",
+               "array", "map")
+_DECIMAL_CONTEXT = Context(prec=200)
 
 
-def _strip_logical(schema: Any) -> Any:
-    if isinstance(schema, list):
-        return [_strip_logical(b) for b in schema]
-    if isinstance(schema, dict):
-        out = {k: _strip_logical(v) if k in ("type", "items", "values") else v for k, v in schema.items()}
-        if out.get("logicalType") in _STRIPPED_LOGICAL:
+def _read_decimal(data: bytes, schema: Any, _reader: Any = None) -> Any:
+    """An Avro decimal's bytes (two's-complement big-endian, any length, none for 0): a Decimal
+    for a precision up to 38 (a value with more digits raises), else its text in plain notation."""
+    unscaled = int.from_bytes(data, "big", signed=True)
+    precision, scale = int(schema.get("precision", 0)), int(schema.get("scale", 0))
+    if 0 < precision <= 38:
+        if abs(unscaled) >= 10 ** precision:
+            raise ValueError(f"the decimal({precision},{scale}) value with unscaled value {unscaled} has more "
+                             f"than {precision} digits")
+        return Decimal(unscaled).scaleb(-scale, _DECIMAL_CONTEXT)
+    digits = str(abs(unscaled))
+    sign = "-" if unscaled < 0 else ""
+    if scale <= 0:
+        return sign + digits + "0" * -scale
+    digits = digits.rjust(scale + 1, "0")
+    return f"{sign}{digits[:-scale]}.{digits[-scale:]}"
+
+
+_MEMBER_NAMES: dict[int, tuple[str, ...]] = {}
+
+
+def _read_member(data: Any, schema: Any, _reader: Any = None) -> dict[str, Any]:
+    """A value of a union of several types: Spark's struct of ``member0..`` with the one set."""
+    if schema.get(_WAS_DECIMAL):
+        data = _read_decimal(data, schema)
+    count = schema[_COUNT]
+    names = _MEMBER_NAMES.get(count) or _MEMBER_NAMES.setdefault(count, tuple(f"member{i}" for i in range(count)))
+    out = dict.fromkeys(names)
+    out[names[schema[_INDEX]]] = data
+    return out
+
+
+def _register_readers() -> None:
+    from fastavro.read import LOGICAL_READERS
+    for base in _AVRO_BASES:
+        LOGICAL_READERS.setdefault(f"{base}-{_MEMBER}", _read_member)
+    for base in ("bytes", "fixed"):
+        LOGICAL_READERS.setdefault(f"{base}-{_DECIMAL}", _read_decimal)
+
+
+def _spark_union(branches: list[Any]) -> str | None:
+    """Spark's rule for a union's non-null branches of two base types: {int, long} is a long,
+    {float, double} a double (logical types aside, as Spark compares base types); else None."""
+    if len(branches) != 2:
+        return None
+    bases = set()
+    for b in branches:
+        kind = b.get("type") if isinstance(b, dict) else b
+        bases.add(kind if isinstance(kind, str) else "")
+    if bases == {"int", "long"}:
+        return "long"
+    if bases == {"float", "double"}:
+        return "double"
+    return None
+
+
+class _Decoding:
+    """The schema fastavro decodes a writer schema with (the same binary layout): the time and
+    uuid logical types left out (their base values are converted by Arrow casts), decimals read
+    by :func:`_read_decimal`, and each branch of a union of several types tagged for
+    :func:`_read_member`, which needs a definition of its own: a named type there is a copy
+    under a fresh name (names do not change the binary layout), and a definition whose first
+    appearance is such a branch gets a fresh name, its later references an untagged copy."""
+
+    def __init__(self) -> None:
+        self.defs: dict[str, tuple[Any, str]] = {}  # full name -> (definition as written, its namespace)
+        self.moved: dict[str, str | None] = {}  # renamed at its definition -> full name of an untagged copy
+        self.copying: list[str] = []
+        self.fresh = 0
+
+    def schema(self, s: Any, ns: str = "", rename: bool = False) -> Any:
+        if isinstance(s, list):
+            return self._union(s, ns, rename)
+        if isinstance(s, str):
+            if s in _AVRO_PRIMITIVES:
+                return s
+            full = self._resolve(s, ns)
+            if full not in self.moved:
+                return s
+            copy = self.moved[full]
+            if copy is not None:
+                return copy
+            out = self._copy(full)
+            self.moved[full] = f"{out['namespace']}.{out['name']}" if out.get("namespace") else out["name"]
+            return out
+        if not isinstance(s, dict):
+            raise MalformedRecordSet(f"not an Avro schema: {json.dumps(s)[:200]}")
+        out = dict(s)
+        kind = out.get("type")
+        inner = ns
+        if kind in _NAMED and isinstance(out.get("name"), str):
+            full = _full_name(out["name"], out.get("namespace"), ns)
+            inner = full.rpartition(".")[0]
+            if full not in self.defs:
+                self.defs[full] = (s, ns)
+                if rename:
+                    self.moved[full] = None
+            if rename:
+                out.update(name=self._fresh(), namespace=inner)
+                out.pop("aliases", None)
+        lt = out.get("logicalType")
+        if lt in _STRIPPED_LOGICAL:
             out.pop("logicalType")
-        if "fields" in out:
-            out["fields"] = [{**f, "type": _strip_logical(f["type"])} for f in out["fields"]]
+        elif lt == "decimal" and kind in ("bytes", "fixed"):
+            out["logicalType"] = _DECIMAL
+        if kind == "record":
+            out["fields"] = [{**f, "type": self.schema(f["type"], inner, rename)} for f in out.get("fields", [])]
+        elif kind == "array":
+            out["items"] = self.schema(out["items"], ns, rename)
+        elif kind == "map":
+            out["values"] = self.schema(out["values"], ns, rename)
+        elif isinstance(kind, (dict, list)) or (isinstance(kind, str) and kind not in _AVRO_BASES):
+            out["type"] = self.schema(kind, ns, rename)  # {"type": <a schema or a named type's name>}
         return out
-    return schema
+
+    def _union(self, branches: list[Any], ns: str, rename: bool) -> list[Any]:
+        others = [b for b in branches if b != "null"]
+        if len(others) < 2 or _spark_union(others):
+            return [self.schema(b, ns, rename) for b in branches]
+        out: list[Any] = []
+        for b in branches:
+            if b == "null":
+                out.append("null")
+                continue
+            if isinstance(b, str) and b not in _AVRO_PRIMITIVES:
+                member = self._copy(self._resolve(b, ns))
+            else:
+                member = self.schema(b, ns, rename=True)
+                member = {"type": member} if isinstance(member, str) else member
+            member[_WAS_DECIMAL] = member.get("logicalType") == _DECIMAL
+            member.update({"logicalType": _MEMBER, _INDEX: len(out) - out.count("null"), _COUNT: len(others)})
+            out.append(member)
+        return out
+
+    def _copy(self, full: str) -> dict[str, Any]:
+        if full not in self.defs:
+            raise MalformedRecordSet(f"the Avro schema refers to the type {full!r}, which it does not define first")
+        if full in self.copying:
+            raise MalformedRecordSet(f"the Avro type {full!r} contains itself through a union of several types; "
+                                     "recursive types have no Spark type")
+        self.copying.append(full)
+        try:
+            definition, ns = self.defs[full]
+            out: dict[str, Any] = self.schema(definition, ns, rename=True)
+        finally:
+            self.copying.pop()
+        return out
+
+    def _resolve(self, ref: str, ns: str) -> str:
+        if "." not in ref and ns and f"{ns}.{ref}" in self.defs:
+            return f"{ns}.{ref}"
+        return ref
+
+    def _fresh(self) -> str:
+        self.fresh += 1
+        return f"pyspark_s2s_type{self.fresh}"
+
+
+def _full_name(name: str, namespace: Any, ns: str) -> str:
+    if "." in name:
+        return name
+    space = namespace if isinstance(namespace, str) else ns
+    return f"{space}.{name}" if space else name
 
 
 def _avro_fastavro(buf: pa.Buffer, writer_schema: Any, bare: Any) -> pa.Table:
     """fastavro's decoder, with the time and uuid logical types read as their base types (so no
-    datetime or UUID object is made per value) and converted by Arrow casts afterwards."""
+    datetime or UUID object is made per value) and converted by Arrow casts afterwards; decimals
+    and unions of several types by this module's readers."""
     import fastavro
-    plain = fastavro.parse_schema(_strip_logical(writer_schema))
-    raw = pa.schema(_avro_fields(writer_schema, logical=False))
-    typed = pa.schema(_avro_fields(writer_schema))
+    _register_readers()
     records: list[Any] = []
     try:
+        plain = fastavro.parse_schema(_Decoding().schema(writer_schema))
+        raw = pa.schema(_avro_fields(writer_schema, logical=False))
+        typed = pa.schema(_avro_fields(writer_schema))
         stream = pa.BufferReader(buf)
         if bare is None:
             for block in fastavro.block_reader(stream):
@@ -351,8 +850,8 @@ def _avro_fastavro(buf: pa.Buffer, writer_schema: Any, bare: Any) -> pa.Table:
         table = pa.Table.from_pylist(records, schema=raw)
     except MalformedRecordSet:
         raise
-    except (ValueError, TypeError, KeyError, IndexError, EOFError, OSError, SystemError, pa.ArrowException,
-            fastavro.read.SchemaResolutionError, fastavro.schema.SchemaParseException) as exc:
+    except (ValueError, TypeError, KeyError, IndexError, EOFError, OSError, SystemError, RecursionError,
+            pa.ArrowException, fastavro.read.SchemaResolutionError, fastavro.schema.SchemaParseException) as exc:
         raise MalformedRecordSet(f"cannot read the Avro data: {type(exc).__name__}: {exc}") from None
     del records
     try:
@@ -376,59 +875,91 @@ _AVRO_LOGICAL = {
 def _avro_fields(record: Any, logical: bool = True) -> list[pa.Field]:
     if not isinstance(record, dict) or record.get("type") != "record":
         raise MalformedRecordSet(f"the Avro schema's top level is not a record: {json.dumps(record)[:200]}")
-    return [pa.field(f["name"], avro_to_arrow_type(f["type"], logical), True) for f in record["fields"]]
+    named: dict[str, Any] = {}  # the named types defined so far, for the references of later fields
+    try:
+        name = record.get("name")
+        full = _full_name(name, record.get("namespace"), "") if isinstance(name, str) else ""
+        named[full] = (record, "")
+        ns, seen = full.rpartition(".")[0], (full,)
+        return [pa.field(f["name"], avro_to_arrow_type(f["type"], logical, named, ns, seen), True)
+                for f in record["fields"]]
+    except MalformedRecordSet:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise MalformedRecordSet(f"not a valid Avro schema: {type(exc).__name__}: {exc}") from None
 
 
-def avro_to_arrow_type(schema: Any, logical: bool = True, _named: dict[str, Any] | None = None) -> pa.DataType:
+def avro_to_arrow_type(schema: Any, logical: bool = True, _named: dict[str, Any] | None = None,
+                       _ns: str = "", _seen: tuple[str, ...] = ()) -> pa.DataType:
     """The Arrow type of an Avro schema (as fastavro's ``writer_schema`` gives it). With
-    ``logical=False`` the logical types NiFi uses for time and uuid give their base type."""
+    ``logical=False`` the logical types NiFi uses for time and uuid give their base type.
+
+    A union is read by Spark's rule (as ``spark.read.format("avro")``): null makes it nullable;
+    one other type is that type; {int, long} a long, {float, double} a double; anything else a
+    struct of nullable fields ``member0``, ``member1``, ... in union order, null left out."""
     named = {} if _named is None else _named
     if isinstance(schema, list):
         branches = [b for b in schema if b != "null"]
-        if len(branches) != 1:
-            raise MalformedRecordSet(f"an Avro union of several types ({json.dumps(schema)[:200]}) is not "
-                                     "supported; NiFi writes one for a CHOICE field")
-        return avro_to_arrow_type(branches[0], logical, named)
+        if len(branches) == 1:
+            return avro_to_arrow_type(branches[0], logical, named, _ns, _seen)
+        merged = _spark_union(branches)
+        if merged:
+            return _AVRO_PRIMITIVES[merged]
+        if not branches:
+            return pa.null()
+        return pa.struct([pa.field(f"member{i}", avro_to_arrow_type(b, logical, named, _ns, _seen), True)
+                          for i, b in enumerate(branches)])
     if isinstance(schema, str):
         if schema in _AVRO_PRIMITIVES:
             return _AVRO_PRIMITIVES[schema]
-        if schema in named:
-            return avro_to_arrow_type(named[schema], logical, named)
+        full = schema if "." in schema or not _ns or f"{_ns}.{schema}" not in named else f"{_ns}.{schema}"
+        if full in named:
+            definition, space = named[full]
+            return avro_to_arrow_type(definition, logical, named, space, _seen)
         raise MalformedRecordSet(f"unknown Avro type {schema!r}")
     kind = schema.get("type")
-    if "name" in schema and kind in ("record", "enum", "fixed"):
-        named[schema["name"]] = schema
-        if schema.get("namespace"):
-            named[f"{schema['namespace']}.{schema['name']}"] = schema
+    inner = _ns
+    if kind in _NAMED and isinstance(schema.get("name"), str):
+        full = _full_name(schema["name"], schema.get("namespace"), _ns)
+        inner = full.rpartition(".")[0]
+        named.setdefault(full, (schema, _ns))
+        if full in _seen:
+            raise MalformedRecordSet(f"the Avro type {full!r} contains itself; recursive types have no Spark type")
+        _seen = _seen + (full,)
     lt = schema.get("logicalType")
-    if lt == "decimal":
-        p, s = int(schema.get("precision", 38)), int(schema.get("scale", 0))
-        return pa.decimal128(p, s) if p <= 38 else pa.string()
+    if lt == "decimal" and kind in ("bytes", "fixed"):
+        p, s = int(schema.get("precision", 0)), int(schema.get("scale", 0))
+        return pa.decimal128(p, s) if 0 < p <= 38 else pa.string()
     if logical and lt in _AVRO_LOGICAL:
         return _AVRO_LOGICAL[lt]
     if kind == "record":
-        return pa.struct([pa.field(f["name"], avro_to_arrow_type(f["type"], logical, named), True)
+        return pa.struct([pa.field(f["name"], avro_to_arrow_type(f["type"], logical, named, inner, _seen), True)
                           for f in schema["fields"]])
     if kind == "array":
-        return pa.list_(avro_to_arrow_type(schema["items"], logical, named))
+        return pa.list_(avro_to_arrow_type(schema["items"], logical, named, _ns, _seen))
     if kind == "map":
-        return pa.map_(pa.string(), avro_to_arrow_type(schema["values"], logical, named))
+        return pa.map_(pa.string(), avro_to_arrow_type(schema["values"], logical, named, _ns, _seen))
     if kind == "enum":
         return pa.string()
     if kind == "fixed":
         return pa.binary()
-    return avro_to_arrow_type(kind, logical, named)
+    return avro_to_arrow_type(kind, logical, named, _ns, _seen)
 
 
 # -- conforming to the target schema -------------------------------------------------------------
 
 
 def _match(name: str, names: Any) -> str | None:
-    """The source field for a target field: the same name, else the one equal ignoring case."""
+    """The source field for a target field: the same name, else the one equal ignoring case, else
+    the one named by NiFi's rule for record field names (``a b`` is the field ``a_b``: what the
+    sink and NiFi's writers name a column whose name is not a valid Avro name)."""
     if name in names:
         return name
     folded = [n for n in names if n.lower() == name.lower()]
-    return folded[0] if len(folded) == 1 else None
+    if len(folded) == 1:
+        return folded[0]
+    field = avro_name(name)
+    return field if field != name and field in names else None
 
 
 def conform(batch: pa.RecordBatch | pa.Table, target: pa.Schema) -> pa.RecordBatch:
@@ -452,9 +983,11 @@ def conform(batch: pa.RecordBatch | pa.Table, target: pa.Schema) -> pa.RecordBat
 
 def _cast(arr: pa.Array, t: pa.DataType, name: str) -> pa.Array:
     """``arr`` as type ``t`` (checked casts; see the module doc); MalformedRecordSet names the field."""
-    if arr.type == t:
-        return arr
     try:
+        if arr.type == t:
+            if _has_decimal(t):
+                _check_decimals(arr, name)
+            return arr
         return _convert(arr, t, name)
     except MalformedRecordSet:
         raise
@@ -462,18 +995,94 @@ def _cast(arr: pa.Array, t: pa.DataType, name: str) -> pa.Array:
         raise MalformedRecordSet(f"field {name}: cannot read {arr.type} values as {t}: {exc}") from None
 
 
+def _has_decimal(t: pa.DataType) -> bool:
+    if pa.types.is_decimal(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_has_decimal(f.type) for f in t)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _has_decimal(t.value_type)
+    if pa.types.is_map(t):
+        return _has_decimal(t.item_type)
+    return False
+
+
+def _check_decimals(arr: pa.Array, name: str) -> None:
+    """Raise when a decimal value of ``arr`` has more digits than its type holds: pyarrow's JSON
+    reader and polars' Avro reader hand such values on unchecked (123456789.5 as decimal(10,2))."""
+    t = arr.type
+    if pa.types.is_decimal(t):
+        if len(arr) == arr.null_count:
+            return
+        bound = Decimal(f"{10 ** t.precision - 1}E{-t.scale}")
+        extremes = pc.min_max(arr).as_py()
+        low, high = extremes["min"], extremes["max"]
+        if high > bound or low < -bound:
+            bad = high if high > bound else low
+            raise MalformedRecordSet(f"field {name}: the value {bad} has more digits than {t} holds")
+    elif pa.types.is_struct(t):
+        for i, f in enumerate(t):
+            _check_decimals(arr.field(i), f"{name}.{f.name}")
+    elif pa.types.is_list(t) or pa.types.is_large_list(t):
+        _check_decimals(arr.flatten(), f"{name}[]")
+    elif pa.types.is_map(t):
+        _check_decimals(arr.items, f"{name} value")
+
+
 def _epoch_ms(arr: pa.Array) -> pa.Array:
     """Epoch milliseconds (integers, or text of digits) as timestamp[ms, UTC]."""
     if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
-        arr = pc.cast(arr, pa.int64())
+        arr = pc.cast(pc.utf8_trim_whitespace(arr), pa.int64())
     return pc.cast(pc.cast(arr, pa.int64()), pa.timestamp("ms", tz="UTC"))
 
 
-def _is_epoch_text(arr: pa.Array) -> bool:
-    if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
-        return False
-    valid = arr.drop_null()
-    return len(valid) > 0 and bool(pc.all(pc.match_substring_regex(valid, _DIGITS)).as_py())
+def _ms_of_day(arr: pa.Array) -> pa.Array:
+    """Milliseconds of the day (integers, or text of digits) as time32[ms]."""
+    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+        arr = pc.utf8_trim_whitespace(arr)
+    return pc.cast(pc.cast(arr, pa.int32()), pa.time32("ms"))
+
+
+def _time_text(arr: pa.Array) -> pa.Array:
+    """ISO text of a time of day ("17:00:00", "01:02:03.004", as NiFi writes a TIME with a
+    format) as time64[ns] (Arrow casts no text to a time: read as that time on 1970-01-01)."""
+    day = pc.binary_join_element_wise(pa.scalar("1970-01-01T"), arr, pa.scalar(""))
+    return pc.cast(pc.cast(day, pa.timestamp("ns")), pa.time64("ns"))
+
+
+def _per_value(arr: pa.Array, t: pa.DataType, from_digits: Any, from_text: Any) -> pa.Array:
+    """Text values as type ``t``, each by its form: digits (NiFi's epoch milliseconds) by
+    ``from_digits``, other text by ``from_text``."""
+    if pa.types.is_large_string(arr.type):
+        arr = pc.cast(arr, pa.string())
+    digits = pc.match_substring_regex(arr, _DIGITS)
+    count = pc.sum(digits).as_py() or 0
+    if count == len(arr) - arr.null_count:
+        return pc.cast(from_digits(arr), t)
+    if not count:
+        return pc.cast(from_text(arr), t)
+    none = pa.scalar(None, pa.string())
+    return pc.if_else(digits, pc.cast(from_digits(pc.if_else(digits, arr, none)), t),
+                      pc.cast(from_text(pc.if_else(digits, none, arr)), t))
+
+
+def _iso_timestamps(arr: pa.Array, t: pa.DataType) -> pa.Array:
+    """ISO 8601 text as timestamps of ``t``: text with a zone offset is that instant, text
+    without one the wall-clock time taken as UTC (as pyarrow's JSON reader takes both); for a
+    zone-less ``t``, the UTC wall clock."""
+    zoned = pc.match_substring_regex(arr, _ZONED)
+    count = pc.sum(zoned).as_py() or 0
+    valid = len(arr) - arr.null_count
+    none = pa.scalar(None, pa.string())
+    parts = []
+    if count:  # instants, as epoch units
+        parts.append(pc.cast(pc.cast(arr if count == valid else pc.if_else(zoned, arr, none),
+                                     pa.timestamp(t.unit, tz="UTC")), pa.int64()))
+    if count < valid:  # wall-clock times, taken as UTC
+        parts.append(pc.cast(pc.cast(arr if not count else pc.if_else(zoned, none, arr),
+                                     pa.timestamp(t.unit)), pa.int64()))
+    values = parts[0] if len(parts) == 1 else pc.coalesce(*parts)
+    return pc.cast(values, t)
 
 
 def _convert(arr: pa.Array, t: pa.DataType, name: str) -> pa.Array:
@@ -482,6 +1091,8 @@ def _convert(arr: pa.Array, t: pa.DataType, name: str) -> pa.Array:
         return pa.nulls(len(arr), t)
     if pa.types.is_dictionary(src):
         return _cast(arr.dictionary_decode(), t, name)
+    if pa.types.is_decimal(src):
+        _check_decimals(arr, name)  # the source's own digits first (a cast need not look at them)
     if pa.types.is_struct(t):
         if not pa.types.is_struct(src):
             raise MalformedRecordSet(f"field {name}: a {src} value where a record was expected")
@@ -507,19 +1118,30 @@ def _convert(arr: pa.Array, t: pa.DataType, name: str) -> pa.Array:
         keys = _cast(arr.keys, t.key_type, f"{name} key")
         items = _cast(arr.items, t.item_type, f"{name} value")
         return pa.MapArray.from_arrays(arr.offsets, keys, items, type=t, mask=arr.is_null())
+    text = pa.types.is_string(src) or pa.types.is_large_string(src)
     if pa.types.is_timestamp(t):
-        if pa.types.is_integer(src) or _is_epoch_text(arr):
+        # epoch milliseconds (NiFi's default), ISO text, or a timestamp: with a zone (Avro
+        # timestamp-*, Parquet UTC-adjusted) the instant, without one (Avro local-timestamp-*,
+        # Parquet not UTC-adjusted) the wall clock taken as UTC; a zone-less target (Spark's
+        # timestamp_ntz) gets the UTC wall clock of either
+        if pa.types.is_integer(src):
             arr = _epoch_ms(arr)
-        elif pa.types.is_timestamp(arr.type) and arr.type.tz is None:
+        elif text:
+            return _per_value(arr, t, _epoch_ms, lambda a: _iso_timestamps(a, t))
+        elif pa.types.is_timestamp(src) and src.tz is None and t.tz is not None:
             arr = pc.assume_timezone(arr, "UTC")
         return pc.cast(arr, t)
     if pa.types.is_date(t):
-        if pa.types.is_integer(src) or _is_epoch_text(arr):
+        if pa.types.is_integer(src):
             arr = _epoch_ms(arr)
+        elif text:
+            return _per_value(arr, t, _epoch_ms, lambda a: a)
         return pc.cast(arr, t)
     if pa.types.is_time(t):
-        if pa.types.is_integer(src) or _is_epoch_text(arr):
-            arr = pc.cast(pc.cast(arr, pa.int32()), pa.time32("ms"))
+        if pa.types.is_integer(src):
+            arr = _ms_of_day(arr)
+        elif text:
+            return _per_value(arr, t, _ms_of_day, _time_text)
         return pc.cast(arr, t)
     if (pa.types.is_binary(t) or pa.types.is_large_binary(t)) and (pa.types.is_list(src) or pa.types.is_large_list(src)):
         return _bytes_from_ints(_unslice(arr), t)

@@ -182,8 +182,10 @@ SPARK_ONLY_OPTIONS: tuple[Option, ...] = (
          "Source and sink. Record mode: a FlowFile's content is a record set as NiFi's record readers and "
          "writers handle it (Avro object container with its schema, JSON array or lines, CSV with a header, "
          "Parquet), each record a row and every column a field. Source: one FlowFile becomes as many rows "
-         "as it holds records; give the schema with `.schema(...)` (inferred for `avro` and `parquet` when "
-         "none is given). Sink: rows are packed into FlowFiles of many records. Absent: one row per "
+         "as it holds records; give the schema with `.schema(...)` (without one it is taken from the first "
+         "FlowFile of the port, which stays in NiFi: Avro's embedded schema, Parquet's footer, or for `json` "
+         "and `csv` the Avro schema in its `avro.schema` attribute, which NiFi's writers set with Schema Write "
+         "Strategy \"Set 'avro.schema' Attribute\" and this sink sets for json and csv). Sink: rows are packed into FlowFiles of many records. Absent: one row per "
          "FlowFile (`content`, `attributes`, ...). Formats, type mapping and NiFi facts: `docs/records.md`.",
          default_doc="absent (one row per FlowFile)"),
     _row("mode", "mode", _choice(READ_MODES), "FAILFAST", "FAILFAST, PERMISSIVE or DROPMALFORMED",

@@ -38,6 +38,7 @@ from pyspark.sql.types import (
     StringType,
     StructField,
     StructType,
+    TimestampNTZType,
     TimestampType,
 )
 
@@ -132,7 +133,7 @@ def uuid_column(attributes: Any) -> Any:
 #: Spark types each format can carry in record mode (CSV is flat: NiFi writes nested values and
 #: bytes as Java object text, which no reader can take back)
 _SCALARS = (BooleanType, ByteType, ShortType, IntegerType, LongType, FloatType, DoubleType, DecimalType,
-            StringType, TimestampType, DateType, BinaryType)
+            StringType, TimestampType, TimestampNTZType, DateType, BinaryType)
 
 
 def _time_type() -> Any:
@@ -158,8 +159,6 @@ def _unsupported(dt: DataType, fmt: str, where: str) -> str | None:
                 return why
         return None
     if isinstance(dt, MapType):
-        if fmt == "json":
-            return f"{where} is a map, which the JSON reader (pyarrow) cannot read; declare it as a struct"
         if not isinstance(dt.keyType, StringType):
             return f"{where} is a map with {dt.keyType.simpleString()} keys; NiFi's map keys are strings"
         return _unsupported(dt.valueType, fmt, f"{where} value")
@@ -226,7 +225,9 @@ def _spark_type(t: Any) -> DataType:
     if types.is_binary(t) or types.is_large_binary(t) or types.is_fixed_size_binary(t):
         return BinaryType()
     if types.is_timestamp(t):
-        return TimestampType()
+        # zone-less (Avro local-timestamp-*, Parquet not UTC-adjusted): Spark's own readers give
+        # timestamp_ntz for these
+        return TimestampType() if t.tz is not None else TimestampNTZType()
     if types.is_date(t):
         return DateType()
     if types.is_time(t) and _time_type() is not None:

@@ -443,21 +443,24 @@ def _pull_and_stage(client: SiteToSiteClient, opts: SparkOptions, part: NiFiPart
 
 
 def infer_record_schema(opts: SparkOptions) -> StructType:
-    """The schema of a record-mode read without ``.schema(...)`` (Avro and Parquet only), from the
-    first FlowFile of the port, which stays in NiFi.
+    """The schema of a record-mode read without ``.schema(...)``, from the first FlowFile of the
+    port, which stays in NiFi: the schema its record set carries (Avro's embedded schema,
+    Parquet's footer) or, for JSON and CSV, the Avro schema in its ``avro.schema`` attribute
+    (what NiFi's writers set with "Schema Write Strategy" = "Set 'avro.schema' Attribute", and
+    this package's sink sets for JSON and CSV).
 
     It asks each node in turn (busiest first) for one FlowFile in a receive transaction, reads the
-    schema the record set carries, and cancels the transaction (DELETE responseCode=15, "cancel
-    transaction"): NiFi puts the FlowFile back at the head of the queue, nothing is consumed.
+    schema, and cancels the transaction (DELETE responseCode=15, "cancel transaction"): NiFi puts
+    the FlowFile back at the head of the queue, nothing is consumed.
     """
-    from pyspark_s2s.records.read import infer_arrow_schema
+    from pyspark_s2s.records.read import READ_FORMATS, infer_arrow_schema
 
     fmt = opts.record_format
     assert fmt is not None
-    if fmt not in ("avro", "parquet"):
-        raise ConfigError(f"recordFormat={fmt} carries no schema: give the reader one with .schema(...) "
-                          "(schema inference reads Avro's embedded schema and Parquet's footer only)",
+    if fmt not in READ_FORMATS:
+        raise ConfigError(f"recordFormat={fmt} carries no schema: give the reader one with .schema(...)",
                           option="schema")
+    textual = fmt in ("json", "csv")
     client = SiteToSiteClient(opts.client.replace(batch_count=1))
     port = opts.client.port
     try:
@@ -474,22 +477,26 @@ def infer_record_schema(opts: SparkOptions) -> StructType:
                     tx.confirm()
                     tx.complete()
                     continue
-                where = (f"FlowFile {dict(batch.column(1)[0].as_py()).get('uuid', '(no uuid)')} "
+                attributes = dict(batch.column(1)[0].as_py())
+                where = (f"FlowFile {attributes.get('uuid', '(no uuid)')} "
                          f"(peer {peer.hostname}:{peer.port}, transaction {tx.transaction_id})")
                 tx.cancel("schema inference only looks at the first FlowFile")
             try:
-                arrow = infer_arrow_schema(batch.column(0)[0].as_buffer(), fmt)
+                arrow = infer_arrow_schema(batch.column(0)[0].as_buffer(), fmt, attributes)
             except MalformedRecordSet as exc:
                 raise ConfigError(f"cannot infer the {fmt} schema of port {port} from {where}: {exc.message}; "
                                   "give the reader a schema with .schema(...)", option="schema") from None
-            logger.info("inferred the %s schema of port %s from %s (left in NiFi): %s", fmt, port, where, arrow)
+            logger.info("inferred the %s schema of port %s from %s%s (left in NiFi): %s", fmt, port, where,
+                        "'s avro.schema attribute" if textual else "", arrow)
             return spark_schema_from_arrow(arrow, opts)
     finally:
         client.close()
+    if textual:
+        raise ConfigError(f"recordFormat={fmt} carries no schema of its own, and no node has a FlowFile queued to "
+                          f"take one from (its avro.schema attribute) on port {port}; give the reader a schema "
+                          "with .schema(...)", option="schema")
     raise ConfigError(f"cannot infer the {fmt} schema of port {port}: no node has a FlowFile queued to read it "
                       "from; give the reader a schema with .schema(...)", option="schema")
-
-
 
 
 @dataclass

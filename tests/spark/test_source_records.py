@@ -352,7 +352,7 @@ def test_a_stream_with_many_malformed_flowfiles_keeps_every_row_in_place(spark: 
 @pytest.mark.parametrize(("fmt", "schema", "options", "message"), [
     ("csv", "id BIGINT, tags ARRAY<STRING>", {}, "column tags is array<string>: CSV record sets hold flat records"),
     ("csv", "id BIGINT, data BINARY", {}, "column data is binary"),
-    ("json", "id BIGINT, m MAP<STRING,INT>", {}, "column m is a map"),
+    ("json", "id BIGINT, m MAP<INT,INT>", {}, "column m is a map"),
     ("avro", "id BIGINT, _corrupt_record INT", {}, "columnNameOfCorruptRecord"),
     ("avro", "id BIGINT NOT NULL", {"mode": "PERMISSIVE"}, "column id is declared NOT NULL"),
     ("parquet", "id BIGINT", {"includeAttributes": "true"}, "declares neither _uuid"),
