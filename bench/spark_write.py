@@ -312,9 +312,9 @@ def library_compare(n: int) -> int:
 
     cases: dict[str, Any] = {
         "pyarrow parquet (sink: records.write)": lambda: write_record_set(table, RecordWriteSpec.build("parquet", table.schema)),
-        "pyarrow csv (sink: records.write)": lambda: write_record_set(table, RecordWriteSpec.build("csv", table.schema)),
-        "polars avro (sink: records.write)": lambda: write_record_set(table, RecordWriteSpec.build("avro", table.schema)),
-        "polars json array (sink: records.write)": lambda: write_record_set(table, RecordWriteSpec.build("json", table.schema)),
+        "csv (sink: records.write, records.csv_write)": lambda: write_record_set(table, RecordWriteSpec.build("csv", table.schema)),
+        "avro (sink: records.write, records.avro_write)": lambda: write_record_set(table, RecordWriteSpec.build("avro", table.schema)),
+        "json array (sink: records.write, records.json_write)": lambda: write_record_set(table, RecordWriteSpec.build("json", table.schema)),
         "pyarrow parquet, write_table alone": lambda: pq.write_table(table, pa.BufferOutputStream(), compression="none"),
         "pyarrow csv, write_csv alone": lambda: pcsv.write_csv(plain, pa.BufferOutputStream()),
         "polars write_avro alone": lambda: polars_frame().write_avro(io.BytesIO(), name="nifiRecord"),

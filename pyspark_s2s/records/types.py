@@ -114,9 +114,6 @@ def _why_not(t: pa.DataType, fmt: str) -> str | None:
     if pa.types.is_map(t):
         if fmt == "csv":
             return nested
-        if fmt == "avro":
-            return ("the Avro writer (polars) has no map type; write maps with recordFormat json or parquet, "
-                    "or turn the map into a struct or an array of key/value structs first")
         if not _is_string(t.key_type):
             return "NiFi's MAP has string keys only"
         return _why_not(t.item_type, fmt)

@@ -6,10 +6,12 @@ JSON array or lines, CSV with header, Parquet) and :class:`RecordSetPacker` (row
 of at most ``records_per_flow_file`` rows and about ``bytes_per_flow_file`` bytes, one FlowFile
 per value combination of the partition columns, each with its attributes).
 
-Columnar end to end: values are converted with Arrow compute (no Python object per row) and
-written by libraries: pyarrow (Parquet, CSV), polars (Avro, JSON). The only bytes written here
-by hand are an Avro container's header, which carries the schema NiFi's names and types need
-(polars' own header has no record names, and no ``timestamp-micros``); the blocks are polars'.
+Columnar end to end: no Python object per row. Parquet is pyarrow's writer; Avro, JSON and CSV
+are encoded by this package from Arrow compute (``records.avro_write``, ``records.json_write``,
+``records.csv_write``), so every value takes exactly the form NiFi's writers give it (decimals
+with their sign byte in Avro and as plain numbers in JSON, NiFi's CSV quoting): the libraries
+tried first (polars' Avro and JSON writers, pyarrow's CSV writer) each wrote some values in a form
+NiFi reads differently, and a record-mode value must never change on the way (docs/records.md).
 
 Formats, type mapping and NiFi facts: ``docs/records.md``. Must not import: pyspark, the server,
 the client.
@@ -17,10 +19,11 @@ the client.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import logging
-import sys
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,12 +33,10 @@ import pyarrow.compute as pc
 
 from pyspark_s2s.errors import ConfigError, S2SError
 from pyspark_s2s.records import container
-from pyspark_s2s.records.types import (
-    MIME_TYPES,
-    TOP_RECORD_NAME,
-    avro_names,
-    avro_schema,
-)
+from pyspark_s2s.records.avro_write import encode_records
+from pyspark_s2s.records.csv_write import csv_text
+from pyspark_s2s.records.json_write import json_text
+from pyspark_s2s.records.types import MIME_TYPES, avro_names, avro_schema
 
 __all__ = [
     "ATTR_AVRO_SCHEMA",
@@ -56,9 +57,6 @@ ATTR_RECORD_COUNT = "record.count"
 ATTR_AVRO_SCHEMA = "avro.schema"
 #: JsonRecordSetWriter's "Output Grouping": ``array`` (output-array) or ``oneline`` (output-oneline)
 OUTPUT_GROUPINGS = ("array", "oneline")
-
-_MS_PER_DAY = 86_400_000
-
 
 @dataclass(frozen=True)
 class RecordWriteSpec:
@@ -91,155 +89,35 @@ class RecordWriteSpec:
         return MIME_TYPES[self.format]
 
 
-# -- values into what each format's writer takes ---------------------------------------------------
-
-
-def _rebuild(arr: pa.Array, convert: Any) -> pa.Array:
-    """``arr`` with ``convert`` applied to every value array inside it (lists, structs, maps) and
-    struct fields renamed to their record field names."""
-    t = arr.type
-    if pa.types.is_map(t):
-        arr = arr if arr.offset == 0 else pa.concat_arrays([arr])
-        items = _rebuild(arr.items, convert)
-        keys = arr.keys
-        return pa.MapArray.from_arrays(arr.offsets, keys, items, mask=arr.is_null() if arr.null_count else None)
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        arr = arr if arr.offset == 0 else pa.concat_arrays([arr])
-        values = _rebuild(arr.values, convert)
-        cls = pa.ListArray if pa.types.is_list(t) else pa.LargeListArray
-        return cls.from_arrays(arr.offsets, values, mask=arr.is_null() if arr.null_count else None)
-    if pa.types.is_struct(t):
-        children = [_rebuild(arr.field(i), convert) for i in range(t.num_fields)]
-        # nested field names follow the same rule as the columns (they match the Avro schema)
-        names = avro_names([t.field(i).name for i in range(t.num_fields)], "a struct column")
-        return pa.StructArray.from_arrays(children, names=names, mask=arr.is_null() if arr.null_count else None)
-    return convert(arr)
-
-
-def _timestamp_us(arr: pa.Array) -> pa.Array:
-    """Epoch microseconds (UTC) of a timestamp array; a zone-less one is read as UTC."""
-    return arr.cast(pa.timestamp("us", tz=arr.type.tz)).cast(pa.int64())
-
-
-def _epoch_ms(arr: pa.Array) -> pa.Array | None:
-    """Epoch milliseconds of a timestamp (truncated toward zero, as NiFi truncates µs) or of a
-    date (midnight UTC); None for other types."""
-    if pa.types.is_timestamp(arr.type):
-        return pc.divide(_timestamp_us(arr), pa.scalar(1000, pa.int64()))
-    if pa.types.is_date32(arr.type):
-        return pc.multiply(arr.cast(pa.int32()).cast(pa.int64()), pa.scalar(_MS_PER_DAY, pa.int64()))
-    return None
-
-
-def _for_avro(arr: pa.Array) -> pa.Array:
-    if pa.types.is_timestamp(arr.type):
-        return _timestamp_us(arr)  # long; the schema says timestamp-micros
-    if pa.types.is_int8(arr.type) or pa.types.is_int16(arr.type):
-        return arr.cast(pa.int32())
-    return arr
-
-
-def _bytes_as_ints(arr: pa.Array) -> pa.Array:
-    """A binary array as lists of signed bytes (NiFi's ARRAY<BYTE> in JSON), without copying."""
-    large = pa.types.is_large_binary(arr.type)
-    offsets_buf, data = arr.buffers()[1], arr.buffers()[2]
-    width = 8 if large else 4
-    n_bytes = int.from_bytes(memoryview(offsets_buf)[(arr.offset + len(arr)) * width:
-                                                      (arr.offset + len(arr) + 1) * width], sys.byteorder)
-    values = pa.Array.from_buffers(pa.int8(), n_bytes, [None, data if data is not None else pa.py_buffer(b"")])
-    type_ = pa.large_list(pa.int8()) if large else pa.list_(pa.int8())
-    return pa.Array.from_buffers(type_, len(arr), [arr.buffers()[0], offsets_buf], offset=arr.offset,
-                                 children=[values])
-
-
-def _for_json(arr: pa.Array) -> pa.Array:
-    ms = _epoch_ms(arr)
-    if ms is not None:
-        return ms
-    if pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type):
-        return _bytes_as_ints(arr)
-    return arr
-
-
-def _for_parquet(arr: pa.Array) -> pa.Array:
-    # UTC-adjusted µs: a zone-less (timestamp_ntz) wall-clock time is taken as UTC
-    return arr.cast(pa.timestamp("us", tz="UTC")) if pa.types.is_timestamp(arr.type) else arr
-
-
-_JAVA_SPELLINGS = (("nan", "NaN"), ("-inf", "-Infinity"), ("inf", "Infinity"))
-
-
-def _for_csv(arr: pa.Array) -> pa.Array:
-    ms = _epoch_ms(arr)
-    if ms is not None:
-        return ms
-    t = arr.type
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        # NiFi's CSV reader takes '\' as an escape ('\n' would become a newline): double it
-        return pc.replace_substring(arr, "\\", "\\\\")
-    if (pa.types.is_float32(t) or pa.types.is_float64(t)) and len(arr) and \
-            not pc.all(pc.or_kleene(pc.is_finite(arr), pc.is_null(arr))).as_py():
-        text = arr.cast(pa.string())
-        for arrow, java in _JAVA_SPELLINGS:
-            text = pc.if_else(pc.equal(text, arrow), pa.scalar(java), text)
-        return text
-    return arr
-
-
-def _prepared(table: pa.Table, convert: Any) -> pa.Table:
-    """``table`` with its values converted for a writer and its columns named as record fields."""
-    names = avro_names(table.column_names)
-    columns = [_rebuild(c.combine_chunks() if c.num_chunks != 1 else c.chunk(0), convert) for c in table.columns]
-    return pa.Table.from_arrays(columns, names=names)
-
-
 # -- one record set ------------------------------------------------------------------------------
 
 
-def _container_parts(data: memoryview) -> tuple[dict[str, bytes], bytes, int]:
-    """(metadata, sync marker, offset of the first block) of an Avro object container file: the
-    magic ``Obj\\x01``, a metadata map of string to bytes, a 16-byte sync marker."""
-    if bytes(data[:4]) != container.MAGIC:
-        raise ValueError("the Avro writer did not produce an object container file")
-    pos = 4
-    meta: dict[str, bytes] = {}
-    while True:
-        count, pos = container.read_long(data, pos)
-        if count == 0:
-            break
-        if count < 0:
-            count = -count
-            _, pos = container.read_long(data, pos)  # the block's byte size
-        for _ in range(count):
-            klen, pos = container.read_long(data, pos)
-            key = bytes(data[pos:pos + klen]).decode()
-            pos += klen
-            vlen, pos = container.read_long(data, pos)
-            meta[key] = bytes(data[pos:pos + vlen])
-            pos += vlen
-    return meta, bytes(data[pos:pos + 16]), pos + 16
+def _rebuild(arr: pa.Array) -> pa.Array:
+    """``arr`` with the struct fields inside it (lists, structs, maps) renamed to their record
+    field names (no value is copied)."""
+    t = arr.type
+    if pa.types.is_map(t):
+        arr = arr if arr.offset == 0 else pa.concat_arrays([arr])
+        return pa.MapArray.from_arrays(arr.offsets, arr.keys, _rebuild(arr.items),
+                                       mask=arr.is_null() if arr.null_count else None)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        arr = arr if arr.offset == 0 else pa.concat_arrays([arr])
+        cls = pa.ListArray if pa.types.is_list(t) else pa.LargeListArray
+        return cls.from_arrays(arr.offsets, _rebuild(arr.values), mask=arr.is_null() if arr.null_count else None)
+    if pa.types.is_struct(t):
+        children = [_rebuild(arr.field(i)) for i in range(t.num_fields)]
+        names = avro_names([t.field(i).name for i in range(t.num_fields)], "a struct column")
+        return pa.StructArray.from_arrays(children, names=names, mask=arr.is_null() if arr.null_count else None)
+    return arr
 
 
-def _container_header(meta: dict[str, bytes], sync: bytes) -> bytes:
-    head = bytearray(b"Obj\x01")
-    head += container.write_long(len(meta))
-    for k, v in meta.items():
-        head += container.write_long(len(k.encode())) + k.encode() + container.write_long(len(v)) + v
-    return bytes(head + container.write_long(0) + sync)
-
-
-def _container_blocks(data: memoryview, pos: int, sync: bytes) -> Iterator[memoryview | bytes]:
-    """The data blocks of a container from ``pos`` (count, size, data), each followed by ``sync``
-    (the blocks of several containers written by one writer become one container's)."""
-    end = len(data)
-    while pos < end:
-        start = pos
-        _, pos = container.read_long(data, pos)
-        size, pos = container.read_long(data, pos)
-        pos += size
-        yield data[start:pos]
-        yield sync
-        pos += 16
+def _named(table: pa.Table) -> pa.Table:
+    """``table`` with its columns (and struct fields) named as record fields (JSON keys, CSV header)."""
+    names = avro_names(table.column_names)
+    if names == table.column_names and not any(pa.types.is_nested(t) for t in table.schema.types):
+        return table
+    columns = [_rebuild(c.combine_chunks() if c.num_chunks != 1 else c.chunk(0)) for c in table.columns]
+    return pa.Table.from_arrays(columns, names=names)
 
 
 #: rows written at a time, at most (a FlowFile's content is written in parts of about this
@@ -247,13 +125,13 @@ def _container_blocks(data: memoryview, pos: int, sync: bytes) -> Iterator[memor
 _PART_BYTES = 8 << 20
 
 
-def _parts(table: pa.Table, convert: Any) -> Iterator[pa.Table]:
-    """``table`` in slices of about :data:`_PART_BYTES` of rows, each converted (:func:`_prepared`):
-    a FlowFile made of many Spark batches is never combined into one copy."""
+def _parts(table: pa.Table) -> Iterator[pa.Table]:
+    """``table`` in slices of about :data:`_PART_BYTES` of rows: a FlowFile made of many Spark
+    batches is never combined into one copy."""
     n = table.num_rows
     step = max(1024, int(_PART_BYTES / max(1.0, table.nbytes / max(n, 1))))
     for start in range(0, n, step):
-        yield _prepared(table.slice(start, step), convert)
+        yield table.slice(start, step)
 
 
 class _Collect(io.RawIOBase):
@@ -271,6 +149,44 @@ class _Collect(io.RawIOBase):
         return len(data)
 
 
+@functools.lru_cache(maxsize=32)
+def _parsed_schema(schema_json: str) -> dict[str, Any]:
+    schema: dict[str, Any] = json.loads(schema_json)
+    return schema
+
+
+def _for_parquet(arr: pa.Array) -> pa.Array:
+    # UTC-adjusted µs: a zone-less (timestamp_ntz) wall-clock time is taken as UTC
+    return arr.cast(pa.timestamp("us", tz="UTC")) if pa.types.is_timestamp(arr.type) else arr
+
+
+def _parquet_part(table: pa.Table) -> pa.Table:
+    named = _named(table)
+    if not any(pa.types.is_timestamp(t) for t in named.schema.types):
+        return named
+    columns = [_for_parquet(c.combine_chunks() if c.num_chunks != 1 else c.chunk(0)) for c in named.columns]
+    return pa.Table.from_arrays(columns, names=named.column_names)
+
+
+def _avro_container(table: pa.Table, spec: RecordWriteSpec) -> list[Any]:
+    """An Avro object container file (codec null, the schema in the header, as NiFi's
+    AvroRecordSetWriter writes by default): one block per part, encoded by records.avro_write."""
+    meta = {"avro.schema": spec.schema_json.encode(), "avro.codec": b"null"}
+    sync = os.urandom(16)
+    head = bytearray(container.MAGIC)
+    head += container.write_long(len(meta))
+    for k, v in meta.items():
+        head += container.write_long(len(k)) + k.encode() + container.write_long(len(v)) + v
+    head += container.write_long(0) + sync
+    parts: list[Any] = [bytes(head)]
+    schema = _parsed_schema(spec.schema_json)
+    for part in _parts(table):
+        data = encode_records(part, schema)
+        size = data.size if isinstance(data, pa.Buffer) else len(data)
+        parts += [container.write_long(part.num_rows) + container.write_long(size), data, sync]
+    return parts
+
+
 def write_record_set(table: pa.Table | pa.RecordBatch, spec: RecordWriteSpec) -> list[Any]:
     """One record set (the whole content of one FlowFile) holding every row of ``table``, as the
     list of its parts in order (bytes-like; their concatenation is the content). Written a part at
@@ -284,7 +200,7 @@ def write_record_set(table: pa.Table | pa.RecordBatch, spec: RecordWriteSpec) ->
         sink = _Collect()
         writer = None
         # NiFi's ParquetRecordSetWriter defaults to UNCOMPRESSED; µs timestamps, UTC-adjusted
-        for part in _parts(table, _for_parquet):
+        for part in map(_parquet_part, _parts(table)):
             if writer is None:
                 schema = part.schema.with_metadata({"parquet.avro.schema": spec.schema_json})
                 writer = pq.ParquetWriter(sink, schema, compression="none", coerce_timestamps="us")
@@ -292,49 +208,23 @@ def write_record_set(table: pa.Table | pa.RecordBatch, spec: RecordWriteSpec) ->
         if writer is not None:
             writer.close()
         return sink.parts
+    if fmt == "avro":
+        return _avro_container(table, spec)
     parts: list[Any] = []
     if fmt == "csv":
-        import pyarrow.csv as pcsv
-
-        for i, part in enumerate(_parts(table, _for_csv)):
-            out = pa.BufferOutputStream()
-            pcsv.write_csv(part, out, pcsv.WriteOptions(include_header=spec.header and i == 0,
-                                                        quoting_style="needed"))
-            parts.append(out.getvalue().to_pybytes())  # exact size (the stream's buffer has spare room)
-        return parts
-    import polars as pl
-
-    if fmt == "avro":
-        sync = b""
-        for part in _parts(table, _for_avro):
-            out = io.BytesIO()
-            pl.from_arrow(part, rechunk=False).write_avro(  # type: ignore[union-attr]
-                out, compression="uncompressed", name=TOP_RECORD_NAME)
-            data = memoryview(out.getvalue())
-            meta, own_sync, pos = _container_parts(data)
-            if not parts:
-                sync = own_sync
-                meta["avro.schema"] = spec.schema_json.encode()
-                meta.setdefault("avro.codec", b"null")
-                parts.append(_container_header(meta, sync))
-            parts.extend(_container_blocks(data, pos, sync))
+        for i, part in enumerate(_parts(table)):
+            parts.append(csv_text(_named(part), spec.header and i == 0))
         return parts
     if fmt == "json":
         array = spec.output_grouping == "array"
-        if array:
-            parts.append(b"[")
-        for part in _parts(table, _for_json):
-            out = io.BytesIO()
-            pl.from_arrow(part, rechunk=False).write_ndjson(out)  # type: ignore[union-attr]
-            lines = out.getvalue()
-            # JSON text holds no raw newline inside a value: every '\n' ends a record
-            parts.append(lines.replace(b"\n", b",") if array else lines)
-        if parts and len(parts) > int(array):
-            last = parts[-1]
-            parts[-1] = memoryview(last)[:-1]  # NiFi writes no trailing separator or newline
-        if array:
-            parts.append(b"]")
-        return parts
+        sep = b"," if array else b"\n"
+        for part in _parts(table):
+            text = json_text(_named(part), sep)
+            if parts:
+                parts.append(sep)
+            parts.append(text)
+        # NiFi writes no trailing separator or newline; 0 records: "[]" or nothing
+        return [b"[", *parts, b"]"] if array else parts
     raise ConfigError(f"recordFormat must be one of {', '.join(MIME_TYPES)}; got {fmt!r}", option="recordFormat")
 
 

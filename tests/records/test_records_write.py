@@ -57,7 +57,7 @@ def test_a_record_set_written_in_parts_is_one_record_set(fmt: str, small_parts: 
     data = record_set_bytes(t, spec)
     assert rows_of(fmt, data) == t.to_pylist()
     if fmt == "csv":
-        assert data.decode().count('"id"') == 1  # one header
+        assert data.decode().count('id,name,k') == 1  # one header, quoted only where needed (NiFi's MINIMAL)
     if fmt == "json":
         assert data.startswith(b"[{") and data.endswith(b"}]") and b"\n" not in data
     if fmt == "parquet":
