@@ -7,6 +7,7 @@ namespace and returning an int exit status:
 
 * ``pyspark_s2s.server.cli``       -- ``serve``
 * ``pyspark_s2s.client.commands``  -- ``send``, ``receive``, ``peers``
+* ``pyspark_s2s.client.doctor``    -- ``doctor``
 
 Global flags (``-v``/``--verbose``, ``--version``) are accepted before and after the
 subcommand alike (``s2s -v serve`` = ``s2s serve -v``). Nothing a user types ends in a
@@ -41,6 +42,7 @@ logger = logging.getLogger(__name__)
 SUBCOMMAND_MODULES: tuple[str, ...] = (
     "pyspark_s2s.server.cli",
     "pyspark_s2s.client.commands",
+    "pyspark_s2s.client.doctor",
 )
 
 

@@ -51,6 +51,10 @@ class AdminApp(Protocol):
     @property
     def secure(self) -> bool: ...
 
+    def raw_port(self, node: Node) -> int | None: ...
+
+    def advertised(self, node: Node) -> tuple[str, int, int | None]: ...
+
     def stop_node(self, index: int) -> Node: ...
 
     def start_node(self, index: int) -> Node: ...
@@ -164,6 +168,11 @@ def _one_node(h: AdminRequest, node: int | None) -> Node:
 
 def _status(h: AdminRequest) -> dict[str, Any]:
     cluster = h.app.cluster
+
+    def advertised(n: Node) -> dict[str, Any]:
+        host, port, raw = h.app.advertised(n)
+        return {"host": host, "port": port, "rawPort": raw}
+
     with cluster.lock:
         nodes = [
             {
@@ -171,6 +180,8 @@ def _status(h: AdminRequest) -> dict[str, Any]:
                 "url": n.url,
                 "alive": n.alive,
                 "port": n.port_number,
+                "rawPort": h.app.raw_port(n),
+                "advertised": advertised(n),
                 "queued": n.queued(),
                 "activeTransactions": len(n.transactions),
                 "ports": [p.describe() for p in n.ports.values()],

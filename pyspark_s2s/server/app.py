@@ -13,7 +13,8 @@ import logging
 import ssl
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from pyspark_s2s.server.faults import FaultRegistry
 from pyspark_s2s.server.http import DEFAULT_IDLE_TIMEOUT, NodeServer
@@ -21,13 +22,53 @@ from pyspark_s2s.server.model import Cluster, Node
 from pyspark_s2s.server.raw import RawNodeServer
 from pyspark_s2s.server.tls import AccessPolicy
 
-__all__ = ["ServerApp"]
+__all__ = ["Advertise", "ServerApp"]
 
 logger = logging.getLogger(__name__)
 
 
-def _advertised(host: str) -> str:
+def _url_host(host: str) -> str:
     return "localhost" if host in ("", "0.0.0.0", "::") else host
+
+
+@dataclass(frozen=True)
+class Advertise:
+    """What each node gives out to clients about itself, apart from where it listens: NiFi's
+    ``nifi.remote.input.host`` (the host name in both peer lists), the HTTP port of the peer list
+    and of ``remoteSiteHttpListeningPort`` (``nifi.web.http(s).port.forwarding``) and the RAW port
+    of the RAW peer list and of ``remoteSiteListeningPort`` (what NiFi's ``nifi.remote.route.raw.*``
+    rewrite gives out). ``host`` may hold ``{k}``, replaced by the node index; ``port`` and
+    ``raw_port`` are the values of node 0 (node k: value + k). The per-node maps win. Unset
+    (None, no entry): the node's own listening host and ports."""
+
+    host: str | None = None
+    hosts: Mapping[int, str] = field(default_factory=dict)
+    port: int | None = None
+    ports: Mapping[int, int] = field(default_factory=dict)
+    raw_port: int | None = None
+    raw_ports: Mapping[int, int] = field(default_factory=dict)
+
+    def host_of(self, index: int, listening: str) -> str:
+        name = self.hosts.get(index, self.host)
+        return listening if name is None else name.replace("{k}", str(index))
+
+    def port_of(self, index: int, listening: int) -> int:
+        if index in self.ports:
+            return self.ports[index]
+        return listening if self.port is None else self.port + index
+
+    def raw_port_of(self, index: int, listening: int | None) -> int | None:
+        if listening is None:
+            return None
+        if index in self.raw_ports:
+            return self.raw_ports[index]
+        return listening if self.raw_port is None else self.raw_port + index
+
+    @property
+    def changed(self) -> bool:
+        """Whether anything differs from where the nodes listen."""
+        return bool(self.host is not None or self.hosts or self.port is not None or self.ports
+                    or self.raw_port is not None or self.raw_ports)
 
 
 class ServerApp:
@@ -43,8 +84,15 @@ class ServerApp:
         idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
         raw_base_port: int | None = None,
         raw_ssl_context: ssl.SSLContext | None = None,
+        advertise: Advertise | None = None,
+        http_site_to_site: bool = True,
     ) -> None:
         self.cluster = cluster
+        #: the host names and ports given out in peer lists and site details (``--advertised-*``)
+        self.advertise = advertise or Advertise()
+        #: HTTP(S) Site-to-Site (NiFi's ``nifi.remote.input.http.enabled``); off: the site details
+        #: name no HTTP port and /site-to-site/peers and every data-transfer request answer 403
+        self.http_site_to_site = http_site_to_site
         self.idle_timeout = idle_timeout
         self.ssl_context = ssl_context
         self.policy = policy or AccessPolicy()
@@ -83,6 +131,15 @@ class ServerApp:
         server = self._raw_servers.get(node.index)
         return None if server is None else int(server.server_address[1])
 
+    def advertised(self, node: Node) -> tuple[str, int, int | None]:
+        """(host, HTTP port, RAW port or None) that ``node`` gives out to clients."""
+        adv = self.advertise
+        return (
+            adv.host_of(node.index, node.host),
+            adv.port_of(node.index, node.port_number),
+            adv.raw_port_of(node.index, self.raw_port(node)),
+        )
+
     def run_later(self, action: Callable[[], object]) -> None:
         """Run an admin action (node stop/remove) in its own thread, after the answer was sent;
         :meth:`close` waits for it."""
@@ -109,8 +166,8 @@ class ServerApp:
                 (self.cluster.host, node.port_number), self, node, self.ssl_context, self.idle_timeout
             )
             node.port_number = int(server.server_address[1])
-            node.url = f"{self.scheme}://{_advertised(self.cluster.host)}:{node.port_number}/nifi"
-            node.host = _advertised(self.cluster.host)
+            node.url = f"{self.scheme}://{_url_host(self.cluster.host)}:{node.port_number}/nifi"
+            node.host = _url_host(self.cluster.host)
             if self.raw_base_port is not None:
                 try:
                     self._bind_raw(node)

@@ -116,6 +116,40 @@ def _port_number(value: str) -> int:
     return n
 
 
+#: characters a host name given with --advertised-host cannot hold (it is put in URLs; ``=``
+#: starts the per-node form)
+_NOT_IN_HOST = frozenset("/=@?#,\\")
+
+
+def _per_node(value: str, what: str) -> tuple[int | None, str]:
+    """``VALUE`` (every node) or ``K=VALUE`` (node K) -> (K or None, VALUE)."""
+    node, sep, rest = value.partition("=")
+    if not sep:
+        return None, value
+    if not node.isdigit() or int(node) >= MAX_NODES:
+        raise argparse.ArgumentTypeError(f"expected {what} or K={what} (K a node index 0-{MAX_NODES - 1}), "
+                                         f"got {value!r}")
+    return int(node), rest
+
+
+def _advertised_host(value: str) -> tuple[int | None, str]:
+    """An argparse type: ``NAME`` or ``K=NAME``; NAME may hold ``{k}`` (the node index)."""
+    node, name = _per_node(value, "NAME")
+    if not name or any(c.isspace() or not c.isprintable() or c in _NOT_IN_HOST for c in name):
+        raise argparse.ArgumentTypeError(f"expected a host name (NAME or K=NAME; {{k}} = the node index), "
+                                         f"got {value!r}")
+    return node, name
+
+
+def _advertised_port(value: str) -> tuple[int | None, int]:
+    """An argparse type: ``PORT`` or ``K=PORT``, PORT 1-65535."""
+    node, text = _per_node(value, "PORT")
+    port = int(text) if text.isdigit() else 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a TCP port number 1-65535 (PORT or K=PORT), got {value!r}")
+    return node, port
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=_port_number, default=8080,
@@ -159,6 +193,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "accept them with fewer copies (counted in the admin API)")
     p.add_argument("--snapshot-every", type=_positive, default=None, metavar="N",
                    help="with --data-dir: write a snapshot after N journal records (default 1000)")
+    p.add_argument("--advertised-host", action="append", type=_advertised_host, default=[], metavar="NAME|K=NAME",
+                   help="host name the nodes give out in both peer lists (NiFi's nifi.remote.input.host), "
+                        "e.g. nifi-{k}.nifi.svc ({k} = the node index); K=NAME sets node K only; "
+                        "repeatable; default: the --host they listen on")
+    p.add_argument("--advertised-port", action="append", type=_advertised_port, default=[], metavar="PORT|K=PORT",
+                   help="HTTP port the nodes give out (remoteSiteHttpListeningPort and /site-to-site/peers; "
+                        "NiFi's nifi.web.http(s).port.forwarding): node k gives out PORT+k; K=PORT sets node "
+                        "K only; default: the port each node listens on")
+    p.add_argument("--advertised-raw-port", action="append", type=_advertised_port, default=[],
+                   metavar="PORT|K=PORT",
+                   help="with --raw-port: RAW port the nodes give out (remoteSiteListeningPort and the RAW "
+                        "peer list): node k gives out PORT+k; K=PORT sets node K only")
+    p.add_argument("--no-http-site-to-site", dest="http_site_to_site", action="store_false",
+                   help="turn HTTP(S) Site-to-Site off (NiFi's nifi.remote.input.http.enabled=false): the "
+                        "site details name no HTTP port, /site-to-site/peers and data transfers answer 403; "
+                        "without --raw-port too, Site-to-Site is off altogether")
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -221,6 +271,7 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
     if args.replicas and any(b.balanced for b in balance.values()):
         raise UsageError(f"--replicas {args.replicas}: a load-balanced --route strategy cannot be replicated; "
                          "use do-not-load-balance routes with --replicas")
+    advertise = _advertise(args)
     if args.data_dir is not None:
         ensure_directory(args.data_dir, "--data-dir")
     cluster = Cluster(
@@ -264,8 +315,42 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
         idle_timeout=args.idle_timeout,
         raw_base_port=args.raw_port,
         raw_ssl_context=raw_ctx,
+        advertise=advertise,
+        http_site_to_site=args.http_site_to_site,
     )
     return app, material
+
+
+def _advertise(args: argparse.Namespace) -> Any:
+    """The ``--advertised-*`` options as an :class:`~pyspark_s2s.server.app.Advertise`; a value
+    given twice, a node that does not exist or a port beyond 65535 is a usage error."""
+    from pyspark_s2s.server.app import Advertise
+
+    def split(flag: str, items: list[tuple[int | None, Any]]) -> tuple[Any, dict[int, Any]]:
+        default: Any = None
+        per_node: dict[int, Any] = {}
+        for node, value in items:
+            if node is None:
+                if default is not None:
+                    raise UsageError(f"{flag} given twice without a node index (K=...)")
+                default = value
+                continue
+            if node in per_node:
+                raise UsageError(f"{flag} {node}=...: node {node} given twice")
+            if node >= args.nodes:
+                raise UsageError(f"{flag} {node}={value}: there is no node {node} (--nodes {args.nodes})")
+            per_node[node] = value
+        if isinstance(default, int) and default + args.nodes - 1 > 65535:
+            raise UsageError(f"{flag} {default} --nodes {args.nodes}: node {args.nodes - 1} would give out port "
+                             f"{default + args.nodes - 1}, above 65535")
+        return default, per_node
+
+    if args.advertised_raw_port and args.raw_port is None:
+        raise UsageError("--advertised-raw-port needs --raw-port (without it there is no RAW listener)")
+    host, hosts = split("--advertised-host", args.advertised_host)
+    port, ports = split("--advertised-port", args.advertised_port)
+    raw_port, raw_ports = split("--advertised-raw-port", args.advertised_raw_port)
+    return Advertise(host=host, hosts=hosts, port=port, ports=ports, raw_port=raw_port, raw_ports=raw_ports)
 
 
 #: full (oldest-generation) garbage collections of the server process at most every this many
@@ -296,11 +381,18 @@ def run(args: argparse.Namespace) -> int:
             if data_dir and os.path.abspath(getattr(exc, "filename", None) or "/").startswith(data_dir):
                 raise CommandError(f"--data-dir {args.data_dir}: {os_reason(exc)}") from None
             raise CommandError(f"cannot listen on --host {args.host} --port {args.port}: {os_reason(exc)}") from None
+        if not app.http_site_to_site:  # before the ready lines: a parent reads up to the last of them
+            print("s2s: HTTP Site-to-Site is off (--no-http-site-to-site)"
+                  + ("" if args.raw_port is not None else "; no --raw-port either: Site-to-Site is off"), flush=True)
         for node in nodes:
             print(listening_line(node.index, node.url), flush=True)
             raw_port = app.raw_port(node)
             if raw_port is not None:
                 print(f"s2s: node {node.index} RAW site-to-site on {node.host}:{raw_port}", flush=True)
+            if app.advertise.changed:
+                host, http_port, raw = app.advertised(node)
+                raw_text = "" if raw is None else f", RAW port {raw}"
+                print(f"s2s: node {node.index} advertises host {host}, HTTP port {http_port}{raw_text}", flush=True)
         _wait_for_stop(stop)
     finally:
         app.close()

@@ -104,10 +104,15 @@ class CoreApp(Protocol):
     root_group_id: str
     instance_id: str
 
+    #: HTTP(S) Site-to-Site on (NiFi's ``nifi.remote.input.http.enabled``)
+    http_site_to_site: bool
+
     @property
     def secure(self) -> bool: ...
 
     def raw_port(self, node: Node) -> int | None: ...
+
+    def advertised(self, node: Node) -> tuple[str, int, int | None]: ...
 
 
 @dataclass(frozen=True)
@@ -588,7 +593,9 @@ class Download:
 
 @dataclass(frozen=True)
 class PeerEntry:
-    """One node in a peer list: HTTP port, RAW port (None without ``--raw-port``), queued count."""
+    """One node in a peer list as it is given out (``--advertised-*``, NiFi's
+    ``nifi.remote.input.host``): host, HTTP port, RAW port (None without ``--raw-port``), queued
+    count."""
 
     host: str
     http_port: int
@@ -598,10 +605,11 @@ class PeerEntry:
 
 
 def peer_entries(app: CoreApp) -> list[PeerEntry]:
-    """The live nodes with their queued FlowFile counts (NiFi's weights, docs/protocol.md §9)."""
+    """The live nodes with their queued FlowFile counts (NiFi's weights, docs/protocol.md §9),
+    each under the host name and ports it advertises."""
     with app.cluster.lock:
         return [
-            PeerEntry(n.host, n.port_number, app.raw_port(n), app.secure, n.queued())
+            PeerEntry(*app.advertised(n), app.secure, n.queued())
             for n in app.cluster.live_nodes()
         ]
 
@@ -634,10 +642,14 @@ def site_details(app: CoreApp, who: Requester) -> dict[str, Any]:
         "inputPortCount": len(inputs),
         "outputPortCount": len(outputs),
     }
-    raw = app.raw_port(node)
+    _host, http_port, raw = app.advertised(node)
     if raw is not None:
         # NiFi omits null fields: no RAW listener, no remoteSiteListeningPort
         controller["remoteSiteListeningPort"] = raw
+    if app.http_site_to_site:
+        # NiFi: null (omitted) when nifi.remote.input.http.enabled is not true; the HTTP adapter
+        # leaves it out for clients that send no version header (docs/protocol.md §1.2)
+        controller["remoteSiteHttpListeningPort"] = http_port
     controller.update(
         {
             "siteToSiteSecure": app.secure,

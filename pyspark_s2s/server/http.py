@@ -3,7 +3,8 @@
 Owns: the stdlib HTTP server per node (:class:`NodeServer`), request body reading
 (Content-Length and chunked, in bounded pieces), chunked streaming responses, the mapping of
 docs/protocol.md §1 endpoints onto :mod:`pyspark_s2s.server.model`, status codes, headers and JSON
-shapes, framework/port authorization (§10), and applying injected faults.
+shapes, framework/port authorization (§10), HTTP Site-to-Site switched off (NiFi's 403 answers),
+``GET /flow/current-user`` (who the server took the client for), and applying injected faults.
 
 Must not import: ``pyspark_s2s.client``, third-party packages. Protocol rules (codec, CRC,
 compression, version negotiation, handshake headers, the transaction table, the TTL rule)
@@ -428,6 +429,12 @@ class S2SHandler(BaseHTTPRequestHandler):
 
     # -- Site-to-Site --------------------------------------------------------------------------
     def _site_to_site(self, method: str, sub: str, query: dict[str, list[str]]) -> None:
+        if sub.rstrip("/") == "/flow/current-user":  # not Site-to-Site: no fault applies
+            if method != "GET":
+                self.send_text(405, "Method Not Allowed")
+                return
+            self._current_user()
+            return
         fault = self.app.faults.take(self.node.index, method, API_SUFFIX + sub)
         if fault is not None:
             logger.info("node %d: fault %s fires on %s %s", self.node.index, fault.kind, method, sub)
@@ -503,12 +510,33 @@ class S2SHandler(BaseHTTPRequestHandler):
         if self.framework_denied("Unable to view site-to-site details."):
             return
         controller = core.site_details(self.app, self.requester())
-        if get_header(self.headers, Header.PROTOCOL_VERSION) is not None:
-            controller["remoteSiteHttpListeningPort"] = self.node.port_number
+        if get_header(self.headers, Header.PROTOCOL_VERSION) is None:
+            # pre-1.0 clients fail on unknown JSON properties: NiFi drops the HTTP port for them
+            controller.pop("remoteSiteHttpListeningPort", None)
         self.send_json(200, {"controller": controller}, {"Cache-Control": NO_CACHE})
 
+    def http_disabled(self) -> bool:
+        """NiFi's answer while HTTP(S) Site-to-Site is off (``nifi.remote.input.http.enabled``
+        not true): 403, text/plain, after the authorization check and before the version
+        negotiation. Answers and returns True when off."""
+        if self.app.http_site_to_site:
+            return False
+        self.send_text(403, "HTTP(S) Site-to-Site is not enabled on this host.", {"Cache-Control": NO_CACHE})
+        return True
+
+    def _current_user(self) -> None:
+        """``GET /flow/current-user`` (NiFi's ``CurrentUserEntity``, identity and anonymous
+        only): the identity the server authenticated, so that a client can see what it is taken
+        for. Secure server: 401 without a certificate, 403 for a DN no policy knows (as every
+        other request; NiFi asks for READ on /flow here)."""
+        if self.framework_denied("Unable to view the user interface."):
+            return
+        dn = self.peer_dn() if self.app.secure else None
+        identity = dn if dn is not None else "anonymous"
+        self.send_json(200, {"identity": identity, "anonymous": dn is None}, {"Cache-Control": NO_CACHE})
+
     def _peers(self) -> None:
-        if self.framework_denied("Unable to view site-to-site details."):
+        if self.framework_denied("Unable to view site-to-site details.") or self.http_disabled():
             return
         version = negotiate_transport_version(get_header(self.headers, Header.PROTOCOL_VERSION))
         peers = [
@@ -519,7 +547,7 @@ class S2SHandler(BaseHTTPRequestHandler):
 
     # -- data transfer ---------------------------------------------------------------------------
     def _transfer_denied(self) -> bool:
-        return self.framework_denied("Unable to transfer data via site-to-site.")
+        return self.framework_denied("Unable to transfer data via site-to-site.") or self.http_disabled()
 
     def _handshake(self, direction: Direction, port_id: str) -> tuple[Port, HandshakeProperties]:
         """NiFi's handshake (§8): compression flag, then the port checks (core.check_handshake),
