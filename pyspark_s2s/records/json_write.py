@@ -392,36 +392,36 @@ def _binary_pieces(arr: pa.Array) -> Pieces:
     return _joined_lists(arr, offsets, signed.cast(pa.string()), large, "[", "]")
 
 
-def _list_pieces(arr: pa.Array, path: str) -> Pieces:
+def _list_pieces(arr: pa.Array, path: str, quoted: bool) -> Pieces:
     t = arr.type
     if pa.types.is_fixed_size_list(t):
         arr = arr.cast(pa.list_(t.value_field))
         t = arr.type
     offsets, start, end = _rebased(arr.offsets)
     items = arr.values.slice(start, end - start)
-    item_text = join_pieces(_pieces(items, path + "[]"), len(items))
+    item_text = join_pieces(_pieces(items, path + "[]", quoted), len(items))
     return _joined_lists(arr, offsets, item_text, pa.types.is_large_list(t), "[", "]")
 
 
-def _map_pieces(arr: pa.Array, path: str) -> Pieces:
+def _map_pieces(arr: pa.Array, path: str, quoted: bool) -> Pieces:
     offsets, start, end = _rebased(arr.offsets)
     entries = arr.values.slice(start, end - start)
     keys, items = entries.field(0), entries.field(1)
     if not is_string_like(keys.type):
         keys = keys.cast(pa.string())  # integer or boolean keys (_check): their text
     key_text = _escaped(plain_strings(keys))
-    entry_pieces: Pieces = ['"', key_text, '":', *_pieces(items, path + "{}")]
+    entry_pieces: Pieces = ['"', key_text, '":', *_pieces(items, path + "{}", quoted)]
     entry_text = join_pieces(entry_pieces, len(entries))
     return _joined_lists(arr, offsets, entry_text, False, "{", "}")  # a map's offsets are 32-bit
 
 
-def _struct_pieces(arr: pa.Array, path: str) -> Pieces:
+def _struct_pieces(arr: pa.Array, path: str, quoted: bool) -> Pieces:
     t = arr.type
     pieces: Pieces = ["{"]
     for i in range(t.num_fields):
         name = t.field(i).name
         pieces.append(("," if i else "") + json_string(name) + ":")
-        pieces.extend(_pieces(arr.field(i), f"{path}.{name}"))
+        pieces.extend(_pieces(arr.field(i), f"{path}.{name}", quoted))
     pieces.append("}")
     if not arr.null_count:
         return pieces
@@ -447,11 +447,11 @@ def _check(t: pa.DataType, path: str) -> None:
         raise ValueError(f"{path}: no JSON form for Arrow type {t}")
 
 
-def _pieces(arr: pa.Array, path: str) -> Pieces:
+def _pieces(arr: pa.Array, path: str, quoted: bool = False) -> Pieces:
     """The JSON text of every value of ``arr`` (``null`` for a null), as pieces."""
     t = arr.type
     if pa.types.is_dictionary(t):
-        return _pieces(arr.dictionary_decode(), path)
+        return _pieces(arr.dictionary_decode(), path, quoted)
     if pa.types.is_null(t):
         return ["null"]
     if is_string_like(t):
@@ -464,26 +464,31 @@ def _pieces(arr: pa.Array, path: str) -> Pieces:
     if pa.types.is_floating(t):
         return _or_null(float_text(arr, JSON_NONFINITE), arr)
     if pa.types.is_decimal(t):
-        return _or_null(decimal_text(arr), arr)
+        text = decimal_text(arr)
+        if quoted:  # the exact digits as a JSON string, which NiFi's reader takes without a double
+            text = pc.binary_join_element_wise(pa.scalar('"'), text, pa.scalar('"'), pa.scalar(""))
+        return _or_null(text, arr)
     ms = epoch_ms(arr)
     if ms is not None:
         return _or_null(ms.cast(pa.string()), arr)
     if is_binary_like(t):
         return _binary_pieces(arr)
     if pa.types.is_map(t):
-        return _map_pieces(arr, path)
+        return _map_pieces(arr, path, quoted)
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return _list_pieces(arr, path)
+        return _list_pieces(arr, path, quoted)
     if pa.types.is_struct(t):
-        return _struct_pieces(arr, path)
+        return _struct_pieces(arr, path, quoted)
     raise ValueError(f"{path}: no JSON form for Arrow type {t}")
 
 
-def json_text(table: pa.Table, separator: bytes) -> bytes | pa.Buffer:
+def json_text(table: pa.Table, separator: bytes, decimals_as_strings: bool = False) -> bytes | pa.Buffer:
     """The records of ``table`` as compact JSON objects joined by ``separator`` (``b","`` for
     NiFi's output-array grouping, ``b"\\n"`` for output-oneline): no brackets, no leading or
     trailing separator, UTF-8; ``b""`` for no rows. Column names (and struct field names) are the
-    record field names, written as given. Raises ValueError for a type JSON cannot hold."""
+    record field names, written as given. Decimals are plain JSON numbers (NiFi's writer's form), or
+    with ``decimals_as_strings`` JSON strings of the same digits. Raises ValueError for a type JSON
+    cannot hold."""
     sep = separator.decode()
     names = table.column_names
     for f in table.schema:
@@ -494,7 +499,7 @@ def json_text(table: pa.Table, separator: bytes) -> bytes | pa.Buffer:
         pieces: Pieces = [] if columns else ["{"]
         for name, head, column in zip(names, heads, columns, strict=True):
             pieces.append(head)
-            pieces.extend(_pieces(column, name))
+            pieces.extend(_pieces(column, name, decimals_as_strings))
         pieces.append("}" + sep)
         text = join_pieces(pieces, n)
         data, start, end = data_range(text)

@@ -66,7 +66,9 @@ TYPE_TABLE: tuple[TypeRow, ...] = (
     TypeRow("decimal(p,s)", lambda: pa.decimal128(38, 9), "DECIMAL(p,s)",
             "`bytes` + `decimal(p,s)`: the unscaled value as minimal two's-complement big-endian bytes, a "
             "sign byte where the top bit would be set (32768 is `00 80 00`), zero as one byte `00`",
-            "a plain number with the scale's digits (`5687.5`, `0.00`), never quoted, never an exponent",
+            "the exact digits with the scale as a JSON string (`\"5687.5\"`, `\"0.00\"`): NiFi's JSON reader "
+            "parses a number through a double, a string exactly; `jsonDecimals=number`: a plain number "
+            "(`5687.5`), NiFi's writer's form, which NiFi reads changed beyond about 15 significant digits",
             "plain text with the scale's digits", "FIXED_LEN_BYTE_ARRAY DECIMAL(p,s)", "the same value"),
     TypeRow("string", pa.string, "STRING", "`string`",
             "a string: `\"` `\\` and U+0000-U+001F escaped, the rest UTF-8 as it is",

@@ -69,6 +69,9 @@ class RecordWriteSpec:
     schema_json: str
     header: bool = True
     output_grouping: str = "array"
+    #: JSON decimals as strings of their digits ("string", what NiFi's reader reads exactly) or
+    #: plain numbers ("number", NiFi's writer's form, which NiFi's reader takes through a double)
+    json_decimals: str = "string"
     records_per_flow_file: int = 10_000
     bytes_per_flow_file: int = 64 << 20
     partition_columns: tuple[str, ...] = ()
@@ -219,7 +222,7 @@ def write_record_set(table: pa.Table | pa.RecordBatch, spec: RecordWriteSpec) ->
         array = spec.output_grouping == "array"
         sep = b"," if array else b"\n"
         for part in _parts(table):
-            text = json_text(_named(part), sep)
+            text = json_text(_named(part), sep, decimals_as_strings=spec.json_decimals == "string")
             if parts:
                 parts.append(sep)
             parts.append(text)

@@ -250,6 +250,13 @@ SPARK_ONLY_OPTIONS: tuple[Option, ...] = (
     _row("outputGrouping", "output_grouping", _choice(("array", "oneline")), "array", "array or oneline",
          "Sink, `recordFormat=json`. `array`: one JSON array of objects (NiFi's JsonRecordSetWriter default); "
          "`oneline`: one object per line."),
+    _row("jsonDecimals", "json_decimals", _choice(("string", "number")), "string", "string or number",
+         "Sink, `recordFormat=json`. How a decimal is written: `string`, its exact digits as a JSON string "
+         "(`\"5687.5\"`), which NiFi's JsonTreeReader reads exactly into a DECIMAL field with a schema (and as "
+         "the exact text by inference); `number`, a plain JSON number (`5687.5`), as NiFi's JsonRecordSetWriter "
+         "writes it, which NiFi's reader parses through a double: beyond about 15 significant digits the value "
+         "changes (`99999999999999999.9` arrives as `100000000000000000`), by inference too (DOUBLE). "
+         "Spark's JSON reader and the source read both exactly."),
     _row("flowFileAttributes", "flow_file_attributes", _attribute_map, (), "JSON object",
          "Sink, record mode. Attributes every record-set FlowFile carries, as a JSON object of names to string "
          "values, e.g. `{\"source\": \"spark\"}` (`mime.type`, `record.count` and the partition columns' "
@@ -276,7 +283,7 @@ _PASSTHROUGH_ROWS: tuple[Option, ...] = (
 _CLIENT_ATTRS = frozenset(o.attr for o in CLIENT_OPTIONS)
 #: options that mean something only with recordFormat
 _RECORD_ONLY = frozenset(("header", "records_per_flow_file", "bytes_per_flow_file", "partition_columns",
-                          "output_grouping", "flow_file_attributes", "write_schema_attribute", "mode",
+                          "output_grouping", "json_decimals", "flow_file_attributes", "write_schema_attribute", "mode",
                           "column_name_of_corrupt_record", "include_attributes", "sep", "quote", "escape"))
 _SPARK_BY_ATTR = {o.attr: o for o in SPARK_ONLY_OPTIONS}
 
@@ -311,6 +318,7 @@ class SparkOptions:
     bytes_per_flow_file: int = 64 << 20
     partition_columns: tuple[str, ...] | None = None
     output_grouping: str = "array"
+    json_decimals: str = "string"
     flow_file_attributes: tuple[tuple[str, str], ...] = ()
     write_schema_attribute: bool | None = None
 

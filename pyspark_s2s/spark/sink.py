@@ -154,7 +154,7 @@ def record_write_spec(opts: SparkOptions, schema: StructType) -> RecordWriteSpec
     if write_schema is None:
         write_schema = fmt in ("json", "csv")
     return RecordWriteSpec.build(
-        fmt, arrow_schema, header=opts.header, output_grouping=opts.output_grouping,
+        fmt, arrow_schema, header=opts.header, output_grouping=opts.output_grouping, json_decimals=opts.json_decimals,
         records_per_flow_file=opts.records_per_flow_file, bytes_per_flow_file=opts.bytes_per_flow_file,
         partition_columns=tuple(opts.partition_columns or ()), attributes=opts.flow_file_attributes,
         write_schema_attribute=write_schema)

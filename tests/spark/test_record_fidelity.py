@@ -261,6 +261,8 @@ def same_float(kind: str, v: float, got: float) -> bool:
 
 
 JAVA_SPELLING = {math.inf: "Infinity", -math.inf: "-Infinity"}
+#: forms of JSON text: the stdlib's reading (decimals as strings, or numbers) and Spark's JSON reader
+TEXT_FORMS = ("json", "json-number", "spark-text")
 
 
 def special(v: float) -> str | None:
@@ -280,24 +282,27 @@ def check(form: str, t: Type, v: Any, got: Any, where: str) -> None:
         ok = got == v and isinstance(got, int) and not isinstance(got, bool)
     elif kind in ("float", "double"):
         name = special(v)
-        if name is not None and form in ("json", "java"):
+        if name is not None and form in ("json", "json-number", "spark-text", "java"):
             ok = got == name
         else:
             ok = not isinstance(got, str) and same_float(kind, v, float(got))
     elif kind == "decimal":
-        ok = Decimal(got) == v if form in ("json", "java") and not isinstance(got, float) else got == v
-        if form == "json":  # a plain JSON number, never a string or a double
-            ok = ok and isinstance(got, (Decimal, int)) and not isinstance(got, bool)
+        if form == "json":  # jsonDecimals=string (the default): the exact digits as a JSON string
+            ok = isinstance(got, str) and "e" not in got.lower() and Decimal(got) == v
+        elif form == "json-number":  # jsonDecimals=number: a plain JSON number, never a double
+            ok = isinstance(got, (Decimal, int)) and not isinstance(got, bool) and Decimal(got) == v
+        else:
+            ok = not isinstance(got, float) and Decimal(got) == v
     elif kind == "string":
         ok = got == v
     elif kind == "boolean":
         ok = got is v
     elif kind == "binary":
-        ok = got == {"json": signed(v), "java": v.hex()}.get(form, v)
+        ok = got == (signed(v) if form in TEXT_FORMS else v.hex() if form == "java" else v)
     elif kind == "date":
-        ok = got == {"json": day_ms(v), "java": v.isoformat()}.get(form, v)
+        ok = got == (day_ms(v) if form in TEXT_FORMS else v.isoformat() if form == "java" else v)
     elif kind in ("timestamp", "ntz"):
-        if form == "json":
+        if form in TEXT_FORMS:
             ok = got == ms(v)
         elif form == "java":
             ok = got == us(v)
@@ -356,10 +361,10 @@ def check_csv(t: Type, v: Any, got: str, where: str) -> None:
 # -- the sink's FlowFiles, read independently ----------------------------------------------------
 
 
-def sink_write(spark: Any, srv: ServerProcess, case: Case) -> list[dict[str, Any]]:
+def sink_write(spark: Any, srv: ServerProcess, case: Case, **options: str) -> list[dict[str, Any]]:
     df = spark.createDataFrame(list(case.rows), case.ddl).coalesce(1)
     df.write.format("nifi-s2s").option("url", srv.url).option("portName", "in") \
-        .option("recordFormat", case.fmt).mode("append").save()
+        .option("recordFormat", case.fmt).options(**options).mode("append").save()
     flowfiles = srv.admin.flowfiles("in", drain=True)
     assert sum(int(f["attributes"]["record.count"]) for f in flowfiles) == len(case.rows)
     return flowfiles
@@ -466,7 +471,7 @@ def spark_reads_sink_output(spark: Any, case: Case, flowfiles: list[dict[str, An
         for n, (name, t), v in zip(names, case.columns, row, strict=True):
             if case.fmt == "csv" and t[0] == "string" and v == "":
                 continue  # Spark's CSV reader takes "" as null by default (emptyValue); the stdlib check has it
-            check("json", t, v, _text_value(t, rec[n]), f"Spark {case.fmt} row {i} {name}")
+            check("spark-text", t, v, _text_value(t, rec[n]), f"Spark {case.fmt} row {i} {name}")
 
 
 def _spark_value(t: Type, v: Any) -> Any:
@@ -576,9 +581,13 @@ def test_forms_match_nifis_writers(spark: Any, srv: ServerProcess) -> None:
     floats as plain numbers, quotes escaped with a backslash, quoting only where needed."""
     cols = (("dec", ("decimal", 22, 1)), ("d", ("double",)), ("s", ("string",)))
     rows = ((Decimal("5687.5"), 1e20, 'a"b'), (Decimal("0.0"), 1.5e-7, "plain"))
-    [js] = sink_write(spark, srv, Case("json", cols, rows))
+    [js] = sink_write(spark, srv, Case("json", cols, rows), jsonDecimals="number")
     assert js["content"] == (b'[{"dec":5687.5,"d":100000000000000000000,"s":"a\\"b"},'
                              b'{"dec":0.0,"d":0.00000015,"s":"plain"}]')
+    # the default: the digits as a JSON string, which NiFi's reader takes without a double
+    [js] = sink_write(spark, srv, Case("json", cols, rows))
+    assert js["content"] == (b'[{"dec":"5687.5","d":100000000000000000000,"s":"a\\"b"},'
+                             b'{"dec":"0.0","d":0.00000015,"s":"plain"}]')
     [cs] = sink_write(spark, srv, Case("csv", cols[::2], tuple(r[::2] for r in rows)))
     assert cs["content"] == b'dec,s\n5687.5,"a\\"b"\n0.0,plain\n'
 
