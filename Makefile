@@ -1,8 +1,9 @@
 # pyspark-s2s developer entry points.
 #
 #   make demo    set up .venv if needed, then run the Spark streaming round trip through the reference server
-#   make test    set up .venv if needed, lint (ruff, mypy), run the whole test suite (pyspark 4.3.0), then the Spark
-#                tests that matter again on the oldest supported pyspark line (.venv-spark-oldest)
+#   make test    set up .venv (and chromium + chromium-driver, for the queue page test) if needed, lint (ruff, mypy),
+#                run the whole test suite (pyspark 4.3.0), then the Spark tests that matter again on the oldest
+#                supported pyspark line (.venv-spark-oldest)
 #   make bench   set up .venv if needed, then run the client and Spark read benchmarks
 #   make dist    set up .venv if needed, then build the sdist and the wheel into dist/ (python -m build)
 #   make docs    set up .venv if needed, then build the docs site into build/site (mkdocs build --strict)
@@ -38,14 +39,14 @@ OLDEST_ARGS := -p no:unraisableexception -W ignore::ResourceWarning \
 	--deselect tests/spark/test_source_stream.py::test_admission_control_caps_each_micro_batch \
 	--deselect tests/spark/test_source_stream.py::test_available_now_ends_while_nifi_keeps_adding
 
-.PHONY: demo test test-oldest lint bench dist docs clean venv venv-oldest check-python check-java
+.PHONY: demo test test-oldest lint bench dist docs clean venv venv-oldest check-python check-java browser
 
 demo: check-java venv
 	$(VPY) -m pyspark_s2s.spark.demo
 
 # pytest's exit status 5 ("no tests collected") is a failure here, said in one line;
 # S2S_PYTEST_STATUS (optional) names a file that receives pytest's own exit status (.ci/run uses it).
-test: check-java venv venv-oldest lint
+test: check-java browser venv venv-oldest lint
 	@echo "$(VPY) -m pytest -q $(PYTEST_ARGS)"; \
 	$(VPY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 0 ] && [ -z "$(PYTEST_ARGS)" ]; then \
@@ -106,6 +107,21 @@ $(STAMP_OLDEST): setup.cfg pyproject.toml | check-python
 	$(VPY_OLDEST) -m pip install -q -e '.[test-oldest]' 'pyspark==$(OLDEST_PYSPARK)' --config-settings editable_mode=compat
 	@rm -f $(VENV_OLDEST)/.s2s-installed-*
 	@touch $@
+
+# The queue page's browser test (tests/server/test_queue_page.py) drives Debian's chromium through
+# chromium-driver with Selenium (the test extra). Silent when both are there; missing, they are
+# installed with apt-get as root (a fresh Debian machine, CI), otherwise the command is named and the
+# test skips itself (it fails instead under CI=true).
+browser:
+	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			echo "installing chromium and chromium-driver (apt-get) for the queue page's browser test"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null \
+				|| { echo "error: apt-get could not install chromium and chromium-driver" >&2; exit 1; }; \
+		else \
+			echo "warning: chromium or chromium-driver is missing (as root: apt-get update && apt-get install -y chromium chromium-driver); the queue page's browser test will be skipped" >&2; \
+		fi; \
+	fi
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \

@@ -1,7 +1,7 @@
 """The admin API of the reference server (JSON under ``/s2s-admin`` on every node).
 
 Owns: the admin routes: status, transaction history, port stop/start/capacity, queue fill /
-list / drain, node add/remove/stop/start, faults, forced expiry, reset, and the load-balanced
+list (all, or the first N) / drain, node add/remove/stop/start, faults, forced expiry, reset, and the load-balanced
 routes (strategy, per-node queue counts, what waits for an absent node). Documented in
 ``docs/server.md``. It is the only way tests reach the server's internals.
 
@@ -22,6 +22,7 @@ import os
 import re
 import resource
 from collections.abc import Callable
+from itertools import islice
 from typing import Any, Protocol
 
 from pyspark_s2s.errors import ConfigError, S2SError
@@ -424,11 +425,15 @@ def _port_action(
         node = _one_node(h, _int_or_none(_q(query, "node"), "node"))
         drain = _q(query, "drain") in ("1", "true", "yes")
         with_content = _q(query, "content") not in ("0", "false", "no")
+        # limit=N: the first N only (read-only, so that a large queue can be looked at cheaply)
+        limit = _int_or_none(_q(query, "limit"), "limit")
+        if limit is not None and (limit < 1 or drain):
+            raise AdminRequestError(400, "limit must be at least 1, and lists without drain=1")
         with cluster.lock:
             port = node.port_by_key(name)
             if port is None:
                 raise AdminRequestError(404, f"no port {name}")
-            items = cluster.drain(node, port) if drain else list(port.queue)
+            items = cluster.drain(node, port) if drain else list(islice(port.queue, limit))
         listed = [_flowfile_json(ff, with_content) for ff in items]
         if drain:
             for ff in items:

@@ -23,6 +23,7 @@ from typing import Any, Self
 
 from pyspark_s2s.cli import ensure_directory, os_reason
 from pyspark_s2s.errors import CommandError, UsageError
+from pyspark_s2s.server.page import page_line
 from pyspark_s2s.server.process import listening_line
 
 __all__ = ["add_arguments", "build_app", "main", "register"]
@@ -384,6 +385,7 @@ def run(args: argparse.Namespace) -> int:
         if not app.http_site_to_site:  # before the ready lines: a parent reads up to the last of them
             print("s2s: HTTP Site-to-Site is off (--no-http-site-to-site)"
                   + ("" if args.raw_port is not None else "; no --raw-port either: Site-to-Site is off"), flush=True)
+        print(page_line(nodes[0].url), flush=True)  # the queue page (server/page.py), before the ready lines
         for node in nodes:
             print(listening_line(node.index, node.url), flush=True)
             raw_port = app.raw_port(node)

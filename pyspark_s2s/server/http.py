@@ -5,6 +5,8 @@ Owns: the stdlib HTTP server per node (:class:`NodeServer`), request body readin
 docs/protocol.md §1 endpoints onto :mod:`pyspark_s2s.server.model`, status codes, headers and JSON
 shapes, framework/port authorization (§10), HTTP Site-to-Site switched off (NiFi's 403 answers),
 ``GET /flow/current-user`` (who the server took the client for), and applying injected faults.
+Requests under ``/s2s-admin`` go to :mod:`~pyspark_s2s.server.admin`, under ``/s2s-queues`` (the
+queue page) to :mod:`~pyspark_s2s.server.page`.
 
 Must not import: ``pyspark_s2s.client``, third-party packages. Protocol rules (codec, CRC,
 compression, version negotiation, handshake headers, the transaction table, the TTL rule)
@@ -51,7 +53,7 @@ from pyspark_s2s.protocol.negotiation import (
     parse_handshake_headers,
 )
 from pyspark_s2s.protocol.stream import PacketStreamEncoder
-from pyspark_s2s.server import admin, core
+from pyspark_s2s.server import admin, core, page
 from pyspark_s2s.server.faults import Fault
 from pyspark_s2s.server.httpio import (
     READ_SIZE,
@@ -297,6 +299,8 @@ class S2SHandler(BaseHTTPRequestHandler):
         try:
             if path == "/s2s-admin" or path.startswith("/s2s-admin/"):
                 admin.handle(self, method, path, query)
+            elif path == page.PREFIX or path.startswith(page.PREFIX + "/"):
+                page.handle(self, method, path, query)
             elif path.startswith(API_SUFFIX + "/"):
                 self._site_to_site(method, path[len(API_SUFFIX):], query)
             else:
