@@ -1,4 +1,5 @@
-"""The round-trip demo (``python -m pyspark_s2s.demo``; what ``make demo`` runs).
+"""The client-only round-trip demo (``python -m pyspark_s2s.demo``; ``make demo`` runs the Spark one,
+``pyspark_s2s.spark.demo``).
 
 Owns: starting the reference server as a subprocess on free ports (input port ``from-spark``
 routed to output port ``to-spark``), sending a handful of FlowFiles with the client in two

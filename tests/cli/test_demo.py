@@ -1,4 +1,4 @@
-"""``python -m pyspark_s2s.demo`` (what ``make demo`` runs): the round trip passes, and a
+"""``python -m pyspark_s2s.demo`` (the client-only round trip; ``make demo`` runs the Spark one): the round trip passes, and a
 mismatch is caught and reported with a non-zero exit status."""
 
 from __future__ import annotations
