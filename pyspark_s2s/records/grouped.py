@@ -11,8 +11,10 @@ keeps where each FlowFile's records start:
   one-object-per-line records joined into an array); the list offsets are the boundaries. A target
   with a map is read by the stdlib ``json`` (pyarrow's reader has no map type), FlowFile by
   FlowFile into one table, as a FlowFile read alone is;
-* Avro: the data blocks of containers with the same header (schema, codec) are written after one
-  header with one sync marker (with codec null, as one block); each block carries its record count;
+* Avro: the data blocks of containers with the same header (schema, codec), decompressed here
+  with a cap, are written after one header of codec null, each a block of its own (a block's
+  record count may be less than what it holds, and what is left over is ignored, as Avro Java
+  ignores it: joined into one block, a FlowFile's leftover would be read as the next one's);
 * CSV: the bodies of FlowFiles with the same header line follow one header; a FlowFile whose
   content holds no escape character or carriage return, and an even number of quotes on every
   line (no quoted value spans lines), has one record per non-empty line.
@@ -22,6 +24,10 @@ caller parses it alone); and when the joined input does not read, or gives other
 boundaries say, :meth:`RecordSetGroup.read` raises :class:`~pyspark_s2s.errors.MalformedRecordSet`
 and the caller parses the group's FlowFiles one by one, as :func:`~pyspark_s2s.records.read.read_record_set`
 (so a malformed FlowFile is still found and named alone, and the rows are the same either way).
+A group is held to the same bounds as a FlowFile alone (:mod:`~pyspark_s2s.records.limits`, for
+the group's size), its joined JSON is checked to hold each FlowFile's array whole (a FlowFile
+that closes its array early and adds a key of the wrapping object reads alone as malformed, so it
+must not read in a group), and what it hands on validates.
 Parquet files are not joined (each has its own footer; NiFi's Parquet FlowFiles are large).
 
 Must not import: pyspark, the server.
@@ -36,18 +42,23 @@ from typing import Any
 import pyarrow as pa
 
 from pyspark_s2s.errors import MalformedRecordSet
-from pyspark_s2s.records import container
+from pyspark_s2s.records import container, limits
+from pyspark_s2s.records.limits import row_bytes
 from pyspark_s2s.records.read import (
     _ARROW_ERRORS,
+    _AVRO_CHUNK,
+    _OBJECT_CHUNK,
     AVRO_FAST_CODECS,
     ReadSettings,
-    _avro_header,
-    _avro_polars,
+    _avro_blocks,
+    _avro_header_info,
+    _AvroSchema,
     _block_size,
+    _check_block,
     _csv,
     _has_temporal,
     _json_read_type,
-    _polars_reads,
+    checked,
     conform,
     json_needs_objects,
     json_objects_table,
@@ -90,7 +101,7 @@ class RecordSetGroup:
         self._key: Any = None
         self._pieces: list[Any] = []
         self._bytes = 0
-        self._avro_codec: dict[bytes, str | None] = {}  # header -> its codec; None: polars cannot read it
+        self._avro_codec: dict[bytes, tuple[str, _AvroSchema] | None] = {}  # header -> codec, schema; None: not joined
         self._avro_last = b""  # the header of the last container taken
 
     def __len__(self) -> int:
@@ -119,35 +130,41 @@ class RecordSetGroup:
         return True
 
     def read(self) -> tuple[pa.RecordBatch, list[int]]:
-        pieces, key = self._pieces, self._key
+        pieces, key, size = self._pieces, self._key, self._bytes
         self._pieces, self._key, self._bytes = [], None, 0
         if key is None or key is _ANY:  # nothing held, or only empty contents
             return conform(self.target.empty_table(), self.target), [0] * len(pieces)
+        budget = self.settings.budget(size, self.fmt)
         if self.fmt == "json":
-            return _read_json(pieces, self.target)
-        if self.fmt == "csv":
-            return _read_csv(key, pieces, self.target, self.settings)
-        return _read_avro(key, pieces, self.target)
+            batch, counts = _read_json(pieces, self.target, budget, self.settings)
+        elif self.fmt == "csv":
+            batch, counts = _read_csv(key, pieces, self.target, self.settings, budget)
+        else:
+            known = self._avro_codec.get(key[0]) or _avro_fast_codec(key[0])
+            batch, counts = _read_avro(key, pieces, self.target, budget, known, self.settings)
+        budget.output(batch.nbytes)
+        return checked(batch, self.fmt), counts
 
     # -- Avro --------------------------------------------------------------------------------------
 
     def _avro_piece(self, content: bytes) -> tuple[Any, Any] | None:
         if not content:
-            return _ANY, (0, [])
+            return _ANY, (0, [], 0)
         parsed = container.blocks(content, self._avro_last)
         if parsed is None:
             return None
         header, blocks = parsed
         if header in self._avro_codec:
-            codec = self._avro_codec[header]
+            known = self._avro_codec[header]
         else:
-            codec = _avro_fast_codec(header)
-            if len(self._avro_codec) < 64:
-                self._avro_codec[header] = codec
-        if codec is None:
+            known = _avro_fast_codec(header)
+            if len(self._avro_codec) >= 64:
+                self._avro_codec = {k: v for k, v in self._avro_codec.items() if k == self._avro_last}
+            self._avro_codec[header] = known
+        if known is None:
             return None
         self._avro_last = header
-        return (header, codec), (sum(n for n, _ in blocks), blocks)
+        return (header, known[0]), (sum(n for n, _ in blocks), blocks, len(content))
 
 
 #: the key of a FlowFile that joins any group (an empty content: no records, no header)
@@ -169,7 +186,7 @@ def _json_piece(content: bytes) -> tuple[Any, Any] | None:
     if not body:
         return _ANY, None
     if body[:1] == b"[":
-        return "json", body
+        return "json", (body, None)
     if body[:1] != b"{":
         return None
     # objects one per line (NiFi's one-line output, one Kafka message): joined into an array. A
@@ -179,16 +196,18 @@ def _json_piece(content: bytes) -> tuple[Any, Any] | None:
     lines = [line for line in lines if line]
     if not all(line[:1] == b"{" and line[-1:] == b"}" for line in lines):
         return None
-    return "json", b"[" + b",".join(lines) + b"]"
+    return "json", (b"[" + b",".join(lines) + b"]", len(lines))
 
 
-def _read_json(pieces: list[Any], target: pa.Schema) -> tuple[pa.RecordBatch, list[int]]:
+def _read_json(pieces: list[Any], target: pa.Schema, budget: limits.Budget,
+               settings: ReadSettings) -> tuple[pa.RecordBatch, list[int]]:
     import pyarrow.json as pjson
     final = target
     if json_needs_objects(target):
-        return _read_json_objects(pieces, target)
+        return _read_json_objects(pieces, target, budget, settings)
     present = [p for p in pieces if p is not None]
-    data = b"".join(b'{"records":' + p + b"}\n" for p in present)
+    data = b"".join(b'{"records":' + body + b"}\n" for body, _ in present)
+    budget.rows(_joined_json_rows(data, len(present)), row_bytes(target), "the joined JSON record sets")
     target = json_source_schema(data, target)  # keys named by NiFi's rule ("a b" -> "a_b")
     attempts = [False, True] if any(_has_temporal(f.type) for f in target) else [False]
     error: Exception | None = None
@@ -212,23 +231,54 @@ def _read_json(pieces: list[Any], target: pa.Schema) -> tuple[pa.RecordBatch, li
         offsets = lists.offsets.to_pylist()
         sizes = iter([b - a for a, b in pairwise(offsets)])
         counts = [0 if p is None else next(sizes) for p in pieces]
+        width = row_bytes(final)
+        for p, count in zip(pieces, counts):
+            if p is not None and p[1] is not None and p[1] != count:
+                # a line holding more than one object (`{...},{...}`), which reads alone as malformed
+                raise MalformedRecordSet(f"a JSON record set of {p[1]} lines read as {count} records")
+            if p is not None:
+                settings.budget(len(p[0]), "json").rows(count, width, "its records")
         batch = pa.RecordBatch.from_struct_array(records) if len(records) else \
             pa.RecordBatch.from_pylist([], schema=pa.schema(fields))
         return conform(batch, final), counts
     raise MalformedRecordSet(f"cannot read the joined JSON record sets: {error}")
 
 
-def _read_json_objects(pieces: list[Any], target: pa.Schema) -> tuple[pa.RecordBatch, list[int]]:
+def _joined_json_rows(data: bytes, n: int) -> int:
+    """The records of ``n`` joined lines ``{"records":<a FlowFile's array>}``, each line checked
+    to be exactly that: the wrapping object holds its one key and the array whole (so a FlowFile
+    that closes its array early and goes on, which reads alone as malformed, does not read here)."""
+    limits.check_utf8(data, "a JSON record set")
+    shape = limits.json_structure(data, limits.MAX_JSON_DEPTH + 1, "a JSON record set")
+    if shape is None or shape.at(0) != b"{}" * n or shape.at(1) != b":[]" * n:
+        raise MalformedRecordSet("a JSON record set of the group is not one array of records")
+    return shape.at(2).count(b"{")
+
+
+def _read_json_objects(pieces: list[Any], target: pa.Schema, budget: limits.Budget,
+                       settings: ReadSettings) -> tuple[pa.RecordBatch, list[int]]:
     """A target with a map: each FlowFile's records by the stdlib ``json``, as
-    :func:`~pyspark_s2s.records.read.read_record_set` reads them, then one table for all."""
+    :func:`~pyspark_s2s.records.read.read_record_set` reads them, a few thousand at a time."""
+    source = json_source_schema(b"".join(p[0] for p in pieces if p is not None), target)
+    width = row_bytes(target)
     records: list[Any] = []
+    parts = []
     counts = []
     for p in pieces:
-        some = [] if p is None else json_records(p)
+        some = [] if p is None else json_records(p[0])
+        if p is not None and p[1] is not None and p[1] != len(some):
+            raise MalformedRecordSet(f"a JSON record set of {p[1]} lines read as {len(some)} records")
         counts.append(len(some))
         records.extend(some)
-    source = json_source_schema(b"".join(p for p in pieces if p is not None), target)
-    return conform(json_objects_table(records, source), target), counts
+        budget.rows(sum(counts), width, "the joined JSON record sets")
+        if p is not None:
+            settings.budget(len(p[0]), "json").rows(len(some), width, "its records")
+        if len(records) >= _OBJECT_CHUNK:
+            parts.append(conform(json_objects_table(records, source), target))
+            records = []
+    if records or not parts:
+        parts.append(conform(json_objects_table(records, source), target))
+    return (parts[0] if len(parts) == 1 else pa.concat_batches(parts)), counts
 
 
 # -- CSV -------------------------------------------------------------------------------------------
@@ -257,41 +307,72 @@ def _csv_piece(content: bytes, s: ReadSettings) -> tuple[Any, Any] | None:
     return key, (count, body)
 
 
-def _read_csv(header: Any, pieces: list[Any], target: pa.Schema, s: ReadSettings) -> tuple[pa.RecordBatch, list[int]]:
+def _read_csv(header: Any, pieces: list[Any], target: pa.Schema, s: ReadSettings,
+              budget: limits.Budget) -> tuple[pa.RecordBatch, list[int]]:
     bodies = [p[1] for p in pieces]
     if s.header:
         bodies.insert(0, header + b"\n")
-    table = _csv(pa.py_buffer(b"".join(bodies)), target, s)
-    return conform(table, target), _counted(pieces, table.num_rows)
+    table = _csv(pa.py_buffer(b"".join(bodies)), target, s, budget)
+    counts = _counted(pieces, table.num_rows)
+    width = row_bytes(target)
+    for (count, body), n in zip(pieces, counts):
+        s.budget(len(body), "csv").rows(n, width, "its records")
+    return conform(table, target), counts
 
 
 # -- Avro ------------------------------------------------------------------------------------------
 
 
-def _avro_fast_codec(header: bytes) -> str | None:
-    """The codec of containers with this header when polars reads them (a codec and types it
-    reads), else None."""
+def _avro_fast_codec(header: bytes) -> tuple[str, _AvroSchema] | None:
+    """(codec, schema) of containers with this header when they are read in groups (codec null,
+    deflate or snappy, and types polars reads), else None."""
     try:
-        schema, codec = _avro_header(pa.py_buffer(header + bytes(16)))
+        info, codec, _, _ = _avro_header_info(header + bytes(16))
     except MalformedRecordSet:
         return None  # read alone, where the error names the FlowFile
-    return codec if codec in AVRO_FAST_CODECS and _polars_reads(schema) else None
+    if codec not in AVRO_FAST_CODECS or not info.polars or info.sizes.empty_items:
+        return None
+    return codec, info
 
 
-def _read_avro(key: Any, pieces: list[Any], target: pa.Schema) -> tuple[pa.RecordBatch, list[int]]:
-    header, codec = key
-    if not any(p[0] for p in pieces):  # headers alone (no records): polars fails on some codecs
+def _read_avro(key: Any, pieces: list[Any], target: pa.Schema, budget: limits.Budget,
+               known: tuple[str, _AvroSchema] | None, settings: ReadSettings) -> tuple[pa.RecordBatch, list[int]]:
+    codec = key[1]
+    if not any(p[0] for p in pieces):  # headers alone (no records)
         return conform(target.empty_table(), target), [0] * len(pieces)
-    out = [header, _SYNC]
-    if codec == "null":
-        # uncompressed blocks are records end to end: all of them as one block (polars spends
-        # about 10 us per block, and a small FlowFile has one of a few records)
-        data = [d for _, blocks in pieces for _, d in blocks]
-        out += (container.write_long(sum(p[0] for p in pieces)), container.write_long(sum(len(d) for d in data)),
-                *data, _SYNC)
-    else:
-        for _, blocks in pieces:
-            for n, d in blocks:
-                out += (container.write_long(n), container.write_long(len(d)), d, _SYNC)
-    table = _avro_polars(pa.py_buffer(b"".join(out)))
+    if known is None:
+        raise MalformedRecordSet("the group's Avro header is no longer known")
+    info = known[1]
+    width = max(info.sizes.record_width, row_bytes(target))
+    budget.rows(sum(p[0] for p in pieces), width, "the joined Avro blocks")
+    tables: list[pa.Table | None] = []
+    chunk: list[tuple[int, Any]] = []
+    chunk_bytes = 0
+    n = 0
+    for records, blocks, size in pieces:
+        # each FlowFile is held to its own bounds too, as when it is read alone
+        alone = settings.budget(size, "avro")
+        alone.rows(records, width, "its Avro blocks")
+        for count, data in blocks:
+            n += 1
+            if not count:
+                continue
+            left = min(budget.left(), alone.left())
+            raw = data if codec == "null" else limits.inflate(codec, data, left, f"Avro block {n}", budget)
+            if codec != "null":
+                budget.inflated(len(raw), "the joined Avro blocks")
+                alone.inflated(len(raw), "its Avro blocks")
+            _check_block(n, count, len(raw), width, info, True, budget)
+            _check_block(n, count, len(raw), width, info, True, alone)
+            chunk.append((count, raw))
+            chunk_bytes += len(raw)
+            if chunk_bytes >= _AVRO_CHUNK:
+                tables += _avro_blocks(info, _SYNC, chunk, None, True)
+                chunk, chunk_bytes = [], 0
+    if chunk:
+        tables += _avro_blocks(info, _SYNC, chunk, None, True)
+    read = [t for t in tables if t is not None]
+    if len(read) != len(tables):
+        raise MalformedRecordSet("polars does not read the joined Avro blocks")
+    table = read[0] if len(read) == 1 else pa.concat_tables(read)
     return conform(table, target), _counted(pieces, table.num_rows)

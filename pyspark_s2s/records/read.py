@@ -42,6 +42,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Context, Decimal
+from functools import cache
 from itertools import accumulate
 from typing import Any
 
@@ -49,7 +50,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pyspark_s2s.errors import MalformedRecordSet
-from pyspark_s2s.records import container
+from pyspark_s2s.records import container, limits
+from pyspark_s2s.records.limits import Budget, row_bytes
 from pyspark_s2s.records.types import avro_name
 
 __all__ = [
@@ -72,17 +74,28 @@ AVRO_CODECS = ("null", "deflate", "snappy", "bzip2", "xz", "zstandard")
 _DIGITS = r"^\s*-?\d+\s*$"
 #: ISO text with a time that ends with a zone offset (``Z``, ``+01``, ``+0100``, ``+01:00``)
 _ZONED = r"[Tt ].*(?:[Zz]|[+-]\d{2}(?::?\d{2})?)$"
-_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError)
+#: what Arrow raises on values it cannot read (UnicodeDecodeError: a type parameter such as a
+#: timestamp's zone that is not UTF-8, in a Parquet file's stored schema)
+_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError, UnicodeDecodeError)
 
 
 @dataclass(frozen=True)
 class ReadSettings:
-    """How text record sets are read (NiFi's CSVRecordSetWriter dialect by default)."""
+    """How text record sets are read (NiFi's CSVRecordSetWriter dialect by default), and how much
+    one record set may take once read (:mod:`~pyspark_s2s.records.limits`)."""
 
     header: bool = True  #: the first CSV line names the columns
     sep: str = ","
     quote: str = '"'
     escape: str | None = "\\"  #: NiFi escapes `"` and `\` inside quotes with `\`; None: none
+    #: a record set may take this many times its size once read (decompressed, and as rows in
+    #: memory), plus ``inflate_allowance`` bytes; one that claims more is malformed
+    max_inflate_ratio: float = limits.MAX_INFLATE_RATIO
+    inflate_allowance: int = limits.INFLATE_ALLOWANCE
+
+    def budget(self, size: int, fmt: str) -> Budget:
+        """What a record set of ``size`` bytes may take once read."""
+        return Budget(size, fmt, self.max_inflate_ratio, self.inflate_allowance)
 
 
 # -- entry points --------------------------------------------------------------------------------
@@ -92,25 +105,46 @@ def read_record_set(content: Any, fmt: str, target: pa.Schema, settings: ReadSet
                     attributes: Mapping[str, str] | None = None,
                     batch_rows: int = 65536) -> Iterator[pa.RecordBatch]:
     """The records of one FlowFile's ``content`` (bytes or a pyarrow Buffer) as record batches
-    of exactly ``target`` (at most ``batch_rows`` rows each).
+    of exactly ``target`` (at most ``batch_rows`` rows each), whose arrays validate.
 
     ``attributes`` are the FlowFile's attributes: an Avro content without a container header
     (NiFi's writers with a schema write strategy other than the embedded one) is read with the
-    schema in its ``avro.schema`` attribute. Raises :class:`MalformedRecordSet`.
-    """
+    schema in its ``avro.schema`` attribute. Raises :class:`MalformedRecordSet`, also for a
+    record set that would take more than ``settings.budget`` allows once read."""
     buf = content if isinstance(content, pa.Buffer) else pa.py_buffer(content)
+    budget = settings.budget(buf.size, fmt)
     if fmt == "parquet":
-        batches: Iterator[pa.RecordBatch] = _parquet(buf, target, batch_rows)
+        parts: Iterator[Any] = _parquet(buf, target, batch_rows, budget)
     elif fmt == "csv":
-        batches = iter(_csv(buf, target, settings).to_batches(batch_rows))
+        parts = iter([_csv(buf, target, settings, budget)])
     elif fmt == "json":
-        batches = iter(_json(buf, target).to_batches(batch_rows))
+        parts = _json(buf, target, budget)
     elif fmt == "avro":
-        batches = iter(_avro(buf, target, attributes or {}).to_batches(batch_rows))
+        parts = _avro(buf, target, attributes or {}, budget)
     else:
         raise MalformedRecordSet(f"unknown record format {fmt!r}; expected one of {', '.join(READ_FORMATS)}")
-    for batch in batches:
-        yield conform(batch, target)
+    width = row_bytes(target)
+    rows = 0
+    for part in parts:
+        for batch in part.to_batches(batch_rows) if isinstance(part, pa.Table) else (part,):
+            if not batch.num_rows:
+                continue
+            rows += batch.num_rows
+            budget.rows(rows, width, "its rows")
+            out = conform(batch, target)
+            budget.output(out.nbytes)
+            checked(out, fmt)
+            yield out
+
+
+def checked(batch: pa.RecordBatch, fmt: str) -> pa.RecordBatch:
+    """``batch`` when its arrays validate in full (UTF-8 text, offsets within their data, ...),
+    else MalformedRecordSet: what a reader hands on is never data Arrow (or Spark) cannot read."""
+    try:
+        batch.validate(full=True)
+    except pa.ArrowException as exc:
+        raise MalformedRecordSet(f"the {fmt} record set reads as invalid data: {exc}") from None
+    return batch
 
 
 def infer_arrow_schema(content: Any, fmt: str, attributes: Mapping[str, str] | None = None) -> pa.Schema:
@@ -122,20 +156,19 @@ def infer_arrow_schema(content: Any, fmt: str, attributes: Mapping[str, str] | N
     buf = content if isinstance(content, pa.Buffer) else pa.py_buffer(content)
     text = (attributes or {}).get("avro.schema")
     if fmt == "parquet":
-        import pyarrow.parquet as pq
         try:
-            pf = pq.ParquetFile(pa.BufferReader(buf), coerce_int96_timestamp_unit="us")
+            pf = _parquet_file(buf)
             schema = pf.schema_arrow
             # INT96 timestamps are instants (Spark reads them as timestamp), though pyarrow gives
             # them no zone
             int96 = {pf.schema.column(i).path for i in range(len(pf.schema))
                      if pf.schema.column(i).physical_type == "INT96"}
-        except _ARROW_ERRORS + (OSError,) as exc:
-            raise MalformedRecordSet(f"not a Parquet file: {exc}") from None
+        except _PARQUET_ERRORS as exc:
+            raise MalformedRecordSet(f"not a Parquet file: {type(exc).__name__}: {exc}") from None
         schema = pa.schema([f.with_type(pa.timestamp(f.type.unit, tz="UTC"))
                             if f.name in int96 and pa.types.is_timestamp(f.type) else f for f in schema])
     elif fmt == "avro" and (not text or (buf.size >= 4 and buf[:4].to_pybytes() == container.MAGIC)):
-        schema = pa.schema(_avro_fields(_avro_header(buf)[0]))
+        schema = pa.schema(_avro_header_schema(buf).fields)
     elif fmt in ("avro", "json", "csv"):
         if not text:
             raise MalformedRecordSet(
@@ -151,11 +184,8 @@ def infer_arrow_schema(content: Any, fmt: str, attributes: Mapping[str, str] | N
 def arrow_schema_from_avro(text: str) -> pa.Schema:
     """The Arrow schema of an Avro record schema given as JSON text (NiFi's ``avro.schema``
     attribute), every field nullable, by the mapping Avro content is read with."""
-    try:
-        schema = json.loads(text)
-    except ValueError as exc:
-        raise MalformedRecordSet(f"the avro.schema attribute is not JSON: {exc}") from None
-    return pa.schema([pa.field(f.name, _nullable_type(f.type), True) for f in _avro_fields(schema)])
+    return pa.schema([pa.field(f.name, _nullable_type(f.type), True)
+                      for f in _avro_schema(text, "the avro.schema attribute").fields])
 
 
 def _nullable_type(t: pa.DataType) -> pa.DataType:
@@ -170,19 +200,120 @@ def _nullable_type(t: pa.DataType) -> pa.DataType:
 
 # -- Parquet -------------------------------------------------------------------------------------
 
+#: the most entries a list in a Parquet footer may hold (pyarrow's default is 1,000,000): a footer
+#: entry takes a few bytes of the file and hundreds in memory, so a footer of 1,000,000 columns in
+#: a 3 MB file would take about 1 GB
+_PARQUET_FOOTER_ENTRIES = 100_000
+#: bytes a value of each physical type takes in Arrow (BOOLEAN, INT32, INT64, INT96, FLOAT, DOUBLE, BYTE_ARRAY)
+_PHYSICAL_WIDTH = {0: 1, 1: 4, 2: 8, 3: 12, 4: 4, 5: 8, 6: 4}
+#: what pyarrow's Parquet reader raises on a corrupt file: Arrow's errors, OSError (Parquet's own),
+#: ValueError (a column path that is not UTF-8: UnicodeDecodeError), KeyError (two fields of one name)
+_PARQUET_ERRORS = _ARROW_ERRORS + (OSError, ValueError, KeyError)
 
-def _parquet(buf: pa.Buffer, target: pa.Schema, batch_rows: int) -> Iterator[pa.RecordBatch]:
+
+def _parquet_file(buf: pa.Buffer, **options: Any) -> Any:
     import pyarrow.parquet as pq
+    return pq.ParquetFile(pa.BufferReader(buf), coerce_int96_timestamp_unit="us",
+                          thrift_string_size_limit=max(1 << 20, min(buf.size, 100 << 20)),
+                          thrift_container_size_limit=_PARQUET_FOOTER_ENTRIES, **options)
+
+
+def _parquet(buf: pa.Buffer, target: pa.Schema, batch_rows: int, budget: Budget) -> Iterator[pa.RecordBatch]:
     try:
-        pf = pq.ParquetFile(pa.BufferReader(buf), coerce_int96_timestamp_unit="us")
+        pf = _parquet_file(buf)
         names = set(pf.schema_arrow.names)
         columns = [_match(f.name, names) for f in target]
         wanted = sorted({c for c in columns if c is not None})
         if pf.metadata.num_rows == 0:
             return
-        yield from pf.iter_batches(batch_size=batch_rows, columns=wanted, use_threads=False)
-    except _ARROW_ERRORS + (OSError,) as exc:
-        raise MalformedRecordSet(f"cannot read the Parquet file: {exc}") from None
+        dictionaries = _check_parquet(pf, buf, wanted, target, budget)
+        if dictionaries:
+            # text a dictionary holds once and the rows refer to: read as a dictionary, and its
+            # decoded size checked before conform decodes it
+            pf = _parquet_file(buf, metadata=pf.metadata, read_dictionary=dictionaries)
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=wanted, use_threads=False):
+            for name, column in zip(batch.schema.names, batch.columns):
+                if pa.types.is_dictionary(column.type) and len(column) and _is_text(column.type.value_type):
+                    lengths = pc.binary_length(column.dictionary)
+                    decoded = pc.sum(pc.take(lengths, column.indices)).as_py() or 0
+                    if budget.handed_on + decoded > budget.limit:
+                        raise budget.refuse(f"the dictionary-encoded column {name} decodes to {decoded} bytes "
+                                            f"in a batch of {batch.num_rows} rows")
+            yield batch
+    except MalformedRecordSet:
+        raise
+    except _PARQUET_ERRORS as exc:
+        raise MalformedRecordSet(f"cannot read the Parquet file: {type(exc).__name__}: {exc}") from None
+
+
+def _check_parquet(pf: Any, buf: pa.Buffer, wanted: list[str], target: pa.Schema, budget: Budget) -> list[str]:
+    """What the footer claims for the columns read, checked against the file before pyarrow
+    reads them: rows, each column chunk's place in the file, and its pages (from their headers:
+    pyarrow allocates what a page header says). Returned: the top-level text columns to read as
+    dictionaries, whose values in the rows are checked before they are decoded (a dictionary holds
+    a value once and any number of rows may refer to it: a 50 KB file can decode to 100 GB)."""
+    size = buf.size
+    view = memoryview(buf).cast("B")
+    rows, chunks = limits.parquet_chunks(view, size)
+    budget.rows(max(rows, pf.metadata.num_rows), row_bytes(target), "the Parquet footer")
+    referred: dict[str, list[tuple[int, int, int, int]]] = {}  # text column -> (row group, refs, dict bytes, entries)
+    claimed = values = 0
+    for group, path, physical, count_values, uncompressed_total, length, start, fixed in chunks:
+        if not path or path[0] not in wanted:
+            continue
+        name = ".".join(path)
+        if start < 4 or length < 0 or start + length > size:
+            raise MalformedRecordSet(f"Parquet column chunk {name} of row group {group} claims bytes "
+                                     f"{start}..{start + length} of a {size}-byte file")
+        claimed += max(0, uncompressed_total)
+        width = _PHYSICAL_WIDTH.get(physical, max(fixed, 4)) + 1
+        seen = refs = dict_bytes = entries = 0
+        for kind, uncompressed, count, encoding in limits.parquet_pages(view, start, start + length, count_values):
+            budget.inflated(uncompressed, "the Parquet pages")
+            if kind == 2:  # a dictionary page
+                dict_bytes, entries = uncompressed, count
+            else:
+                seen += count
+                if encoding in (2, 8):  # PLAIN_DICTIONARY, RLE_DICTIONARY: values that refer to the dictionary
+                    refs += count
+        values += max(seen, count_values) * width
+        if refs and dict_bytes and physical in (6, 7) and len(path) == 1:
+            referred.setdefault(path[0], []).append((group, refs, dict_bytes, entries))
+    if claimed > budget.limit:
+        raise budget.refuse(f"the Parquet footer says its pages hold {claimed} bytes uncompressed")
+    if values > budget.limit:
+        raise budget.refuse(f"the Parquet pages and footer claim values that take {values} bytes in memory")
+    arrow = pf.schema_arrow
+    dictionaries = []
+    for name, found in referred.items():
+        if name not in arrow.names or not _is_text(arrow.field(name).type):
+            continue  # not text, or read as a dictionary anyway (pyarrow's own files say so)
+        # a value takes at most what the dictionary holds beside its entries' 4-byte lengths; when
+        # even that bound fits, nothing need be checked; else the longest entry is looked up
+        bound = sum(refs * max(0, dict_bytes - 4 * entries) for _, refs, dict_bytes, entries in found)
+        if budget.handed_on + bound > budget.limit and \
+                budget.handed_on + _parquet_longest(buf, pf, name, found) > budget.limit:
+            dictionaries.append(name)
+    return dictionaries
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or \
+        pa.types.is_large_binary(t)
+
+
+def _parquet_longest(buf: pa.Buffer, pf: Any, name: str, chunks: list[tuple[int, int, int, int]]) -> int:
+    """The most bytes the rows of ``chunks`` can refer to in column ``name``: their count times
+    the longest entry of their row group's dictionary (read by pyarrow with one row)."""
+    probe = _parquet_file(buf, metadata=pf.metadata, read_dictionary=[name])
+    total = 0
+    for group, refs, _, _ in chunks:
+        batch = next(probe.iter_batches(batch_size=1, row_groups=[group], columns=[name], use_threads=False), None)
+        column = None if batch is None else batch.column(0)
+        if column is None or not pa.types.is_dictionary(column.type) or not len(column.dictionary):
+            continue
+        total += refs * (pc.max(pc.binary_length(column.dictionary)).as_py() or 0)
+    return total
 
 
 # -- CSV -----------------------------------------------------------------------------------------
@@ -208,10 +339,17 @@ def _csv_header(buf: pa.Buffer, parse: Any) -> list[str]:
         raise MalformedRecordSet(f"cannot read the CSV header: {exc}") from None
 
 
-def _csv(buf: pa.Buffer, target: pa.Schema, s: ReadSettings) -> pa.Table:
+def _csv(buf: pa.Buffer, target: pa.Schema, s: ReadSettings, budget: Budget | None = None) -> pa.Table:
     import pyarrow.csv as pcsv
     if not _strip_prefix(buf):
         return target.empty_table()
+    data = buf.to_pybytes()
+    opened = limits.csv_open_quote(data, s.sep, s.quote, s.escape)
+    del data
+    if opened is not None:
+        raise MalformedRecordSet(
+            f"the CSV opens a quoted value at byte {opened} and never closes it (EOF reached before the quoted value "
+            "finished: NiFi's CSV reader fails it too)")
     names = [f.name for f in target]
     parse = pcsv.ParseOptions(delimiter=s.sep, quote_char=s.quote or False, escape_char=s.escape or False,
                               double_quote=True, newlines_in_values=True, ignore_empty_lines=True)
@@ -232,6 +370,8 @@ def _csv(buf: pa.Buffer, target: pa.Schema, s: ReadSettings) -> pa.Table:
         table = pcsv.read_csv(pa.BufferReader(buf), read_options=read, parse_options=parse, convert_options=convert)
     except _ARROW_ERRORS as exc:
         raise MalformedRecordSet(f"cannot read the CSV: {exc}") from None
+    if budget is not None:
+        budget.rows(table.num_rows, row_bytes(target), "the CSV")
     return table.rename_columns(names) if any(source[n] != n for n in names) else table
 
 
@@ -330,28 +470,60 @@ def _field_names(schema: pa.Schema) -> Iterator[str]:
         yield from walk(f.type)
 
 
-def _json(buf: pa.Buffer, target: pa.Schema) -> pa.Table:
+def _json(buf: pa.Buffer, target: pa.Schema, budget: Budget) -> Iterator[pa.Table]:
     first = _strip_prefix(buf)
     if not first:
-        return target.empty_table()
+        return
+    if first in (b"[", b"{"):
+        rows = json_rows(buf, first)
+        if rows is not None:
+            budget.rows(rows, row_bytes(target), "the JSON")
     target = json_source_schema(buf, target)
     if json_needs_objects(target):
-        return json_objects_table(json_records(buf), target)
+        yield from _json_objects(buf, target)
+        return
     attempts = [False, True] if any(_has_temporal(f.type) for f in target) else [False]
     error: Exception | None = None
     for as_text in attempts:
         fields = [pa.field(f.name, _json_read_type(f.type, as_text)) for f in target]
         try:
-            return _json_parse(buf, first, pa.schema(fields))
+            table = _json_parse(buf, first, pa.schema(fields))
         except _ARROW_ERRORS as exc:
             error = error or exc
+            continue
+        yield table
+        return
     # what pyarrow refuses may still be a record set NiFi reads: a field holding numbers and
     # strings ("NaN" in a double field, epoch milliseconds and ISO text); the objects path reads it
     # with the values pyarrow gives where it reads, or fails too (then pyarrow's error is reported)
     try:
-        return json_objects_table(json_records(buf), target)
+        tables = list(_json_objects(buf, target))
     except MalformedRecordSet:
         raise MalformedRecordSet(f"cannot read the JSON: {error}") from None
+    yield from tables
+
+
+def json_rows(content: Any, first: bytes) -> int | None:
+    """The records of a JSON record set that starts with ``first`` (``[``: one top-level array;
+    ``{``: objects separated by whitespace), counted before any parser sees it, which also checks
+    that it is UTF-8, nested at most :data:`~pyspark_s2s.records.limits.MAX_JSON_DEPTH` deep,
+    and holds nothing beside its records at the top level. None when its brackets do not balance
+    (the parser then says what is wrong)."""
+    limits.check_utf8(content, "the JSON")
+    shape = limits.json_structure(content)
+    if shape is None:
+        return None
+    top = shape.at(0)
+    if first == b"[":
+        if top != b"[]":
+            raise MalformedRecordSet("content after the top-level array" if top.startswith(b"[]") else
+                                     "a record set holds one array of records, not one followed by other values")
+        return shape.at(1).count(b"{")
+    if top != b"{}" * (len(top) // 2):
+        raise MalformedRecordSet("a record set holds one array of records or records separated by whitespace, not "
+                                 + ("records separated by commas" if b"," in top else
+                                    "records and arrays" if b"[" in top else "values outside a record"))
+    return len(top) // 2
 
 
 def _json_parse(buf: pa.Buffer, first: bytes, schema: pa.Schema) -> pa.Table:
@@ -365,6 +537,7 @@ def _json_parse(buf: pa.Buffer, first: bytes, schema: pa.Schema) -> pa.Table:
             io.BytesIO(data), read_options=pjson.ReadOptions(use_threads=False, block_size=_block_size(data)),
             parse_options=pjson.ParseOptions(explicit_schema=wrapped, unexpected_field_behavior="ignore",
                                              newlines_in_values=True))
+        del data
         if table.num_rows != 1:
             raise pa.ArrowInvalid("content after the top-level array")
         records = table.column(0).chunk(0).flatten()
@@ -407,38 +580,89 @@ _JSON_WS = re.compile(r"[ \t\n\r]*")
 _FLOAT_TEXT = re.compile(r"[-+]?(?:NaN|Infinity|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)")
 
 
+#: records of the stdlib path turned into Arrow at a time (their Python objects take 20-50 times
+#: their text)
+_OBJECT_CHUNK = 8192
+#: a top-level array of at most this many characters is decoded at once, a larger one element by
+#: element (a Python call each), so its Python objects never take more than about 200 MB
+_WHOLE_ARRAY = 8 << 20
+
+
 def json_records(content: Any) -> list[dict[str, Any]]:
     """The records of a JSON record set as Python objects (integers as ints, other numbers as
     their text), in the shapes pyarrow's path reads: one top-level array of objects, or objects
     separated by whitespace (JSON Lines, pretty-printed)."""
+    return [r for chunk in json_record_chunks(content) for r in chunk]
+
+
+def _json_objects(buf: pa.Buffer, target: pa.Schema) -> Iterator[pa.Table]:
+    for records in json_record_chunks(buf, _OBJECT_CHUNK):
+        yield json_objects_table(records, target)
+
+
+def json_record_chunks(content: Any, size: int = 1 << 62) -> Iterator[list[dict[str, Any]]]:
+    """:func:`json_records`, ``size`` records at a time (a top-level array's elements are parsed
+    one by one, so only ``size`` records are Python objects at once)."""
     data = content.to_pybytes() if isinstance(content, pa.Buffer) else bytes(content)
     try:
         text = data.decode("utf-8")
-        pos = 1 if text.startswith("\ufeff") else 0
-        records: list[dict[str, Any]] = []
+        del data
         end = len(text)
-        pos = _JSON_WS.match(text, pos).end()  # type: ignore[union-attr]  # always matches
+        pos = _JSON_WS.match(text, 1 if text.startswith("\ufeff") else 0).end()  # type: ignore[union-attr]
         decoder = _DECODER_NEGATIVE_ZERO if _NEGATIVE_ZERO.search(text) else _DECODER
-        while pos < end:
+        records: list[dict[str, Any]] = []
+        if pos < end and text[pos] == "[" and end - pos <= _WHOLE_ARRAY:
+            # a small array at once (one call of the C decoder), its elements handed on in chunks
             value, pos = decoder.raw_decode(text, pos)
-            if isinstance(value, dict):
-                records.append(value)
-            elif isinstance(value, list) and not records:
-                for v in value:
-                    if not isinstance(v, dict):
-                        raise MalformedRecordSet(f"an array element is {_kind(v)}, not a record")
-                records.extend(value)
-                if _JSON_WS.match(text, pos).end() < end:  # type: ignore[union-attr]
-                    raise MalformedRecordSet("content after the top-level array")
-                break
+            for v in value:
+                if not isinstance(v, dict):
+                    raise MalformedRecordSet(f"an array element is {_kind(v)}, not a record")
+            if _JSON_WS.match(text, pos).end() < end:  # type: ignore[union-attr]
+                raise MalformedRecordSet("content after the top-level array")
+            for i in range(0, len(value), size):
+                yield value[i:i + size]
+            return
+        if pos < end and text[pos] == "[":
+            pos = _JSON_WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+            if pos < end and text[pos] == "]":
+                pos += 1
             else:
-                raise MalformedRecordSet(f"a record set holds one array of objects or objects, not {_kind(value)}")
-            pos = _JSON_WS.match(text, pos).end()  # type: ignore[union-attr]
+                while True:
+                    value, pos = decoder.raw_decode(text, pos)
+                    if not isinstance(value, dict):
+                        raise MalformedRecordSet(f"an array element is {_kind(value)}, not a record")
+                    records.append(value)
+                    if len(records) >= size:
+                        yield records
+                        records = []
+                    pos = _JSON_WS.match(text, pos).end()  # type: ignore[union-attr]
+                    if text[pos:pos + 1] == ",":
+                        pos = _JSON_WS.match(text, pos + 1).end()  # type: ignore[union-attr]
+                    elif text[pos:pos + 1] == "]":
+                        pos += 1
+                        break
+                    else:
+                        raise MalformedRecordSet(f"cannot read the JSON: the top-level array has no ',' or ']' "
+                                                 f"at character {pos}")
+            if _JSON_WS.match(text, pos).end() < end:  # type: ignore[union-attr]
+                raise MalformedRecordSet("content after the top-level array")
+        else:
+            while pos < end:
+                value, pos = decoder.raw_decode(text, pos)
+                if not isinstance(value, dict):
+                    raise MalformedRecordSet(
+                        f"a record set holds one array of objects or objects, not {_kind(value)}")
+                records.append(value)
+                if len(records) >= size:
+                    yield records
+                    records = []
+                pos = _JSON_WS.match(text, pos).end()  # type: ignore[union-attr]
+        if records:
+            yield records
     except MalformedRecordSet:
         raise
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
         raise MalformedRecordSet(f"cannot read the JSON: {type(exc).__name__}: {exc}") from None
-    return records
 
 
 def json_objects_table(records: list[dict[str, Any]], target: pa.Schema) -> pa.Table:
@@ -554,54 +778,200 @@ def _json_array(values: list[Any], t: pa.DataType, name: str) -> pa.Array:
 # -- Avro ----------------------------------------------------------------------------------------
 
 
+class _AvroSchema:
+    """An Avro writer schema, checked and measured once (the same few schemas come with every
+    FlowFile of a stream): its Arrow fields, :class:`~pyspark_s2s.records.container.SchemaSizes`,
+    whether polars reads it, and (on first use) the schemas fastavro decodes it with."""
+
+    def __init__(self, text: bytes, schema: Any, what: str) -> None:
+        if not isinstance(schema, dict):
+            raise MalformedRecordSet(f"{what}'s top level is not a record: {str(schema)[:200]}")
+        self.text = text
+        self.schema = schema
+        self.fields = _avro_fields(schema)
+        self.sizes = container.SchemaSizes(schema)
+        try:
+            import fastavro
+            fastavro.parse_schema(schema)
+            self.polars = _polars_reads(schema)
+            self.decimal = _avro_has_decimal(schema)
+        except MalformedRecordSet:
+            raise
+        except Exception as exc:  # noqa: BLE001 -- fastavro refuses a bad schema in many ways (RecursionError too)
+            raise MalformedRecordSet(f"not a valid Avro schema ({what}): {type(exc).__name__}: {exc}") from None
+        self._decoding: tuple[Any, pa.Schema, pa.Schema] | None = None
+
+    def decoding(self) -> tuple[Any, pa.Schema, pa.Schema]:
+        """(fastavro's parsed decoding schema, the Arrow schema of its values, the Arrow schema
+        they are cast to): see :func:`_avro_fastavro_table`."""
+        if self._decoding is None:
+            import fastavro
+            _register_readers()
+            try:
+                plain = fastavro.parse_schema(_Decoding().schema(self.schema))
+            except MalformedRecordSet:
+                raise
+            except Exception as exc:  # noqa: BLE001 -- as in __init__
+                raise MalformedRecordSet(f"not a valid Avro schema: {type(exc).__name__}: {exc}") from None
+            self._decoding = (plain, pa.schema(_avro_fields(self.schema, logical=False)), pa.schema(self.fields))
+        return self._decoding
+
+
+_SCHEMAS: dict[bytes, _AvroSchema] = {}
+
+
+def _avro_schema(text: Any, what: str) -> _AvroSchema:
+    """The writer schema in ``text`` (JSON, bytes or str), checked (:class:`_AvroSchema`)."""
+    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+    known = _SCHEMAS.get(raw)
+    if known is not None:
+        return known
+    limits.json_structure(raw, limits.MAX_SCHEMA_DEPTH, what)
+    try:
+        schema = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise MalformedRecordSet(f"{what} is not JSON: {exc}") from None
+    try:
+        info = _AvroSchema(raw, schema, what)
+    except RecursionError:
+        raise MalformedRecordSet(f"{what} is nested too deep to read") from None
+    if len(_SCHEMAS) >= 64:
+        _SCHEMAS.clear()
+    _SCHEMAS[raw] = info
+    return info
+
+
+def _avro_header_schema(buf: pa.Buffer) -> _AvroSchema:
+    return _avro_header_info(memoryview(buf).cast("B"))[0]
+
+
+def _avro_header_info(view: Any) -> tuple[_AvroSchema, str, bytes, int]:
+    """(schema, codec, sync marker, offset of the first block) of an object container file."""
+    meta, sync, start = container.parse_header(view)
+    text = meta.get("avro.schema")
+    if text is None:
+        raise MalformedRecordSet("the Avro container's header holds no avro.schema")
+    info = _avro_schema(text, "the embedded Avro schema")
+    return info, meta.get("avro.codec", b"null").decode("utf-8", "replace"), sync, start
+
+
 def _avro_header(buf: pa.Buffer) -> tuple[dict[str, Any], str]:
     """(writer schema, codec) of an Avro object container file."""
-    import fastavro
-    if buf.size < 4 or buf[:4].to_pybytes() != container.MAGIC:
-        raise MalformedRecordSet("not an Avro object container file (no 'Obj\\x01' header)")
-    try:
-        reader = fastavro.reader(pa.BufferReader(buf))
-    except (ValueError, EOFError, KeyError, TypeError, IndexError, fastavro.read.SchemaResolutionError,
-            fastavro.schema.SchemaParseException, SystemError) as exc:
-        # SystemError: fastavro's C reader on a corrupt length ("Negative size passed to ...")
-        raise MalformedRecordSet(f"cannot read the Avro header: {type(exc).__name__}: {exc}") from None
-    schema = reader.writer_schema
-    if not isinstance(schema, dict):
-        raise MalformedRecordSet(f"the embedded Avro schema's top level is not a record: {str(schema)[:200]}")
-    return schema, str(reader.metadata.get("avro.codec", "null"))
+    info, codec, _, _ = _avro_header_info(memoryview(buf).cast("B"))
+    return info.schema, codec
 
 
-def _avro(buf: pa.Buffer, target: pa.Schema, attributes: Mapping[str, str]) -> pa.Table:
+#: decompressed bytes of Avro blocks read by one call of polars (a chunk takes at most
+#: ``SchemaSizes.item_expansion`` times that in Arrow)
+_AVRO_CHUNK = 4 << 20
+#: fastavro's records are turned into Arrow every this many records, or this many bytes read
+_FLUSH_RECORDS = 16384
+_FLUSH_BYTES = 256 << 10
+#: what a record decoded by fastavro counts in the budget at least: about a microsecond of work,
+#: what polars or pyarrow spend on 64 bytes (so a FlowFile's records cost bounded time too)
+_FASTAVRO_ROW = 64
+
+
+def _avro(buf: pa.Buffer, target: pa.Schema, attributes: Mapping[str, str], budget: Budget) -> Iterator[pa.Table]:
     if buf.size >= 4 and buf[:4].to_pybytes() == container.MAGIC:
-        schema, codec = _avro_header(buf)
-        if codec not in AVRO_CODECS:
-            raise MalformedRecordSet(f"Avro codec {codec!r} is not supported (readable: {', '.join(AVRO_CODECS)})")
-        if codec in AVRO_FAST_CODECS and _polars_reads(schema):
-            end = container.header_size(memoryview(buf).cast("B"))  # Arrow exports signed bytes
-            if end is not None and end + 16 == buf.size:
-                # a header and no block: NiFi's writers write this for no records, and polars
-                # fails on it for the deflate and snappy codecs
-                return target.empty_table()
-            try:
-                return _avro_polars(buf)
-            except MalformedRecordSet:
-                if not _avro_has_decimal(schema):
-                    raise
-                # polars refuses a decimal of more than 16 bytes (sign-extended, which Avro
-                # allows): fastavro reads it, or fails on the same content
-        return _avro_fastavro(buf, schema, None)
+        yield from _avro_container(buf, target, budget)
+        return
     if not buf.size:
-        return target.empty_table()
+        return
     text = attributes.get("avro.schema")
     if not text:
         raise MalformedRecordSet(
             "not an Avro object container file (no 'Obj\\x01' header) and no avro.schema attribute to read "
             "bare Avro datums with (Confluent-framed content is not supported)")
-    try:
-        schema = json.loads(text)
-    except ValueError as exc:
-        raise MalformedRecordSet(f"the avro.schema attribute is not JSON: {exc}") from None
-    return _avro_fastavro(buf, schema, schema)
+    yield from _avro_bare(buf, _avro_schema(text, "the avro.schema attribute"), target, budget)
+
+
+def _empty_items(info: _AvroSchema) -> MalformedRecordSet:
+    return MalformedRecordSet(
+        f"the Avro schema's field {info.sizes.empty_items} is an array of items that take no bytes (null, records "
+        "without fields): how many it holds cannot be checked against the content")
+
+
+def _avro_container(buf: pa.Buffer, target: pa.Schema, budget: Budget) -> Iterator[pa.Table]:
+    """An object container's records: the header and every block's count, size and sync marker
+    checked first (:func:`~pyspark_s2s.records.container.walk_blocks`), then each block
+    decompressed here with its output capped (:func:`~pyspark_s2s.records.limits.inflate`) and
+    its record count checked against what it holds, and the blocks read a few MiB at a time, by
+    polars (as an uncompressed container) or by fastavro."""
+    view = memoryview(buf).cast("B")  # Arrow exports signed bytes
+    info, codec, sync, start = _avro_header_info(view)
+    if codec not in AVRO_CODECS:
+        raise MalformedRecordSet(f"Avro codec {codec!r} is not supported (readable: {', '.join(AVRO_CODECS)})")
+    sizes = info.sizes
+    if sizes.empty_items:
+        raise _empty_items(info)
+    blocks = container.walk_blocks(view, start, sync)
+    width = max(sizes.record_width, row_bytes(target))
+    fast = info.polars
+    budget.rows(sum(b.records for b in blocks), width if fast else max(width, _FASTAVRO_ROW),
+                f"the counts of its {len(blocks)} Avro blocks")
+    whole = codec == "null" and all(b.records for b in blocks)  # polars may read the content as it is
+    pending: list[tuple[int, Any]] = []
+    pending_bytes = 0
+    for n, block in enumerate(blocks, 1):
+        if not block.records:
+            continue  # no records (a block of none is what some writers end with)
+        data: Any = view[block.start:block.end]
+        if codec != "null":
+            data = limits.inflate(codec, data, budget.left(), f"Avro block {n}", budget)
+            budget.inflated(len(data), "its Avro blocks")
+        _check_block(n, block.records, len(data), width, info, fast, budget)
+        pending.append((block.records, data))
+        pending_bytes += len(data)
+        if pending_bytes >= _AVRO_CHUNK and n < len(blocks):
+            whole = False
+            for table in _avro_blocks(info, sync, pending, None, fast):
+                fast = fast and table is not None
+                if table is not None:
+                    yield table
+            pending, pending_bytes = [], 0
+    if pending:
+        for table in _avro_blocks(info, sync, pending, buf if whole else None, fast):
+            if table is not None:
+                yield table
+
+
+def _check_block(n: int, records: int, size: int, width: int, info: _AvroSchema, fast: bool, budget: Budget) -> None:
+    """A block's record count against the bytes it holds, and what reading it may take at most."""
+    sizes = info.sizes
+    if sizes.record_min and records > size // sizes.record_min:
+        raise MalformedRecordSet(f"Avro block {n} claims {records} records in {size} bytes, and a record of its "
+                                 f"schema takes {sizes.record_min} bytes at least")
+    expansion = sizes.item_expansion if fast else sizes.py_item_expansion
+    if records * width + size * expansion > budget.limit:
+        raise budget.refuse(f"Avro block {n} ({records} records in {size} bytes decompressed) could take "
+                            f"{int(records * width + size * expansion)} bytes once read")
+
+
+def _avro_blocks(info: _AvroSchema, sync: bytes, blocks: list[tuple[int, Any]], whole: pa.Buffer | None,
+                 fast: bool) -> Iterator[pa.Table | None]:
+    """The records of decompressed ``blocks`` ((count, bytes)): by polars when ``fast`` (as an
+    uncompressed container: ``whole`` when given, else the blocks after a header of codec null),
+    else by fastavro. When polars refuses a schema with a decimal (more than 16 bytes, which Avro
+    allows), None is yielded first and fastavro reads them (and the blocks after them)."""
+    if fast:
+        if whole is not None:
+            data = whole
+        else:
+            parts = [container.write_header(info.text, "null", sync)]
+            for count, raw in blocks:
+                parts += (container.write_long(count), container.write_long(len(raw)), raw, sync)
+            data = pa.py_buffer(b"".join(parts))
+        try:
+            table = _avro_polars(data)
+        except MalformedRecordSet:
+            if not info.decimal:
+                raise
+        else:
+            yield table
+            return
+        yield None
+    yield from _avro_fastavro_blocks(info, blocks)
 
 
 def _polars_reads(schema: Any) -> bool:
@@ -622,7 +992,7 @@ def _polars_reads(schema: Any) -> bool:
         if kind == "array":
             return _polars_reads(schema["items"])
         return _polars_reads(kind) if isinstance(kind, (dict, list)) else True
-    return schema != "enum"
+    return schema not in ("enum", "null")  # polars has no reader for the null type
 
 
 def _avro_has_decimal(schema: Any) -> bool:
@@ -828,32 +1198,94 @@ def _full_name(name: str, namespace: Any, ns: str) -> str:
     return f"{space}.{name}" if space else name
 
 
-def _avro_fastavro(buf: pa.Buffer, writer_schema: Any, bare: Any) -> pa.Table:
-    """fastavro's decoder, with the time and uuid logical types read as their base types (so no
-    datetime or UUID object is made per value) and converted by Arrow casts afterwards; decimals
-    and unions of several types by this module's readers."""
+def _avro_fastavro_blocks(info: _AvroSchema, blocks: list[tuple[int, Any]]) -> Iterator[pa.Table]:
+    """fastavro's decoder over decompressed blocks: each block's count of records (bytes left
+    over are ignored, as Avro Java ignores them), turned into Arrow every few thousand records."""
     import fastavro
-    _register_readers()
+    plain, raw, typed = info.decoding()
+    flush = _flush_records(typed, info)
     records: list[Any] = []
-    try:
-        plain = fastavro.parse_schema(_Decoding().schema(writer_schema))
-        raw = pa.schema(_avro_fields(writer_schema, logical=False))
-        typed = pa.schema(_avro_fields(writer_schema))
-        stream = pa.BufferReader(buf)
-        if bare is None:
-            for block in fastavro.block_reader(stream):
-                data = block.bytes_  # type: ignore[attr-defined]  # the decompressed block (fastavro's stubs omit it)
-                records.extend(fastavro.schemaless_reader(data, plain, None) for _ in range(block.num_records))
-        else:
-            while stream.tell() < buf.size:
+    since = 0  # bytes read since the last flush
+    for count, data in blocks:
+        stream = io.BytesIO(data)
+        mark = 0
+        try:
+            for k in range(count):
                 records.append(fastavro.schemaless_reader(stream, plain, None))
-        table = pa.Table.from_pylist(records, schema=raw)
+                if len(records) >= flush or (not k & 63 and since + stream.tell() - mark >= _FLUSH_BYTES):
+                    yield _avro_fastavro_table(records, raw, typed)
+                    records = []
+                    since, mark = 0, stream.tell()
+        except MalformedRecordSet:
+            raise
+        except _fastavro_errors() as exc:
+            raise MalformedRecordSet(f"cannot read the Avro data: {type(exc).__name__}: {exc}") from None
+        since += stream.tell() - mark
+    if records:
+        yield _avro_fastavro_table(records, raw, typed)
+
+
+def _avro_bare(buf: pa.Buffer, info: _AvroSchema, target: pa.Schema, budget: Budget) -> Iterator[pa.Table]:
+    """Bare datums one after another (no container), read with the ``avro.schema`` attribute."""
+    import fastavro
+    sizes = info.sizes
+    if sizes.empty_items:
+        raise _empty_items(info)
+    if not sizes.record_min:
+        raise MalformedRecordSet("a record of the avro.schema attribute's schema can take no bytes: how many bare "
+                                 "datums a content holds cannot be read from it")
+    if buf.size * sizes.py_item_expansion > budget.limit:
+        raise budget.refuse(f"one bare Avro datum of {buf.size} bytes could take "
+                            f"{int(buf.size * sizes.py_item_expansion)} bytes as Python objects")
+    plain, raw, typed = info.decoding()
+    flush = _flush_records(typed, info)
+    # io.BytesIO: a datum's length is what it reads at most (pyarrow's reader allocates a length
+    # given first, so a length of 2^40 raised MemoryError)
+    stream = io.BytesIO(buf.to_pybytes())
+    records: list[Any] = []
+    mark = done = 0
+    try:
+        while (pos := stream.tell()) < buf.size:
+            records.append(fastavro.schemaless_reader(stream, plain, None))
+            if stream.tell() <= pos:
+                raise MalformedRecordSet(f"a bare Avro datum at byte {pos} took no bytes")
+            if len(records) >= flush or stream.tell() - mark >= _FLUSH_BYTES:
+                done += len(records)
+                budget.rows(done, _FASTAVRO_ROW, "bare Avro datums")
+                yield _avro_fastavro_table(records, raw, typed)
+                records = []
+                mark = stream.tell()
     except MalformedRecordSet:
         raise
-    except (ValueError, TypeError, KeyError, IndexError, EOFError, OSError, SystemError, RecursionError,
-            pa.ArrowException, fastavro.read.SchemaResolutionError, fastavro.schema.SchemaParseException) as exc:
+    except _fastavro_errors() as exc:
         raise MalformedRecordSet(f"cannot read the Avro data: {type(exc).__name__}: {exc}") from None
-    del records
+    if records:
+        yield _avro_fastavro_table(records, raw, typed)
+
+
+@cache
+def _fastavro_errors() -> tuple[type[BaseException], ...]:
+    """What fastavro's decoder raises on a corrupt datum (evaluated when one is raised)."""
+    import fastavro
+    return (ValueError, TypeError, KeyError, IndexError, EOFError, OSError, SystemError, RecursionError,
+            AttributeError, OverflowError, MemoryError, pa.ArrowException, fastavro.read.SchemaResolutionError,
+            fastavro.schema.SchemaParseException)
+
+
+def _flush_records(typed: pa.Schema, info: _AvroSchema) -> int:
+    """Records fastavro decodes before they are turned into Arrow: fewer for wide ones (an enum's
+    symbol becomes text in every record)."""
+    return max(64, min(_FLUSH_RECORDS, (8 << 20) // max(1, info.sizes.record_width, row_bytes(typed))))
+
+
+def _avro_fastavro_table(records: list[Any], raw: pa.Schema, typed: pa.Schema) -> pa.Table:
+    """fastavro's records (the time and uuid logical types as their base types, so no datetime or
+    UUID object is made per value; decimals and unions of several types by this module's readers)
+    as Arrow, the base values then cast to their logical types."""
+    try:
+        table = pa.Table.from_pylist(records, schema=raw)
+    except (pa.ArrowException, ValueError, TypeError, OverflowError) as exc:
+        raise MalformedRecordSet(f"cannot read the Avro data: {type(exc).__name__}: {exc}") from None
     try:
         # the base values reinterpreted in the logical type's unit (long -> timestamp[ms], int -> date32)
         return pa.Table.from_arrays([pc.cast(c, f.type) for c, f in zip(table.columns, typed)], schema=typed)
@@ -885,7 +1317,7 @@ def _avro_fields(record: Any, logical: bool = True) -> list[pa.Field]:
                 for f in record["fields"]]
     except MalformedRecordSet:
         raise
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise MalformedRecordSet(f"not a valid Avro schema: {type(exc).__name__}: {exc}") from None
 
 
@@ -975,6 +1407,8 @@ def conform(batch: pa.RecordBatch | pa.Table, target: pa.Schema) -> pa.RecordBat
         if src is None:
             columns.append(pa.nulls(batch.num_rows, f.type))
             continue
+        if names.count(src) > 1:
+            raise MalformedRecordSet(f"the record set has {names.count(src)} fields named {src!r}")
         columns.append(_cast(batch.column(src), f.type, f.name))
         if not f.nullable and columns[-1].null_count:
             raise MalformedRecordSet(f"field {f.name} is declared NOT NULL but a record has no value for it")
@@ -1150,6 +1584,10 @@ def _convert(arr: pa.Array, t: pa.DataType, name: str) -> pa.Array:
         raise MalformedRecordSet(f"field {name}: binary values where text was expected")
     if pa.types.is_nested(src):
         raise MalformedRecordSet(f"field {name}: a {src} value where {t} was expected")
+    if pa.types.is_decimal(src) and pa.types.is_floating(t):
+        # Arrow's decimal -> float cast is not correctly rounded (15.1 in decimal(24,1) gives
+        # 15.100000000000001, about a third of such values); its text -> float parse is
+        return pc.cast(pc.cast(arr, pa.string()), t)
     return pc.cast(arr, t, safe=True)
 
 

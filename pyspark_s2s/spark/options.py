@@ -66,6 +66,16 @@ def _positive_size(value: Any, option: str) -> int:
     return size
 
 
+def _ratio(value: Any, option: str) -> float:
+    try:
+        ratio = float(str(value).strip())
+    except ValueError:
+        raise ConfigError(f"{option} must be a number; got {value!r}", option=option) from None
+    if not ratio >= 1 or ratio == float("inf"):
+        raise ConfigError(f"{option} must be a number of at least 1; got {value!r}", option=option)
+    return ratio
+
+
 def _location(value: Any, option: str) -> str:
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
@@ -194,6 +204,13 @@ SPARK_ONLY_OPTIONS: tuple[Option, ...] = (
          "error; `PERMISSIVE` yields one row with null fields (the raw content in "
          "`columnNameOfCorruptRecord` when the schema declares that column); `DROPMALFORMED` yields no "
          "row. Either way the FlowFile is counted in a WARN log line of its round."),
+    _row("maxInflateRatio", "max_inflate_ratio", _ratio, 100.0, "number >= 1",
+         "Source, record mode. A FlowFile of S bytes may take at most S x this + 64 MiB once read "
+         "(decompressed codec blocks, the rows its content claims, the Arrow rows handed on); one that "
+         "claims more is malformed under `mode`, checked before anything is allocated for it, so a "
+         "decompression bomb or a lying block count cannot exhaust the Python worker's memory "
+         "(docs/reliability.md, \"Record readers: bounded parsing\"). Raise it for record sets that truly "
+         "compress better than 100 to 1."),
     _row("columnNameOfCorruptRecord", "column_name_of_corrupt_record", _column_name, "_corrupt_record",
          "string",
          "Source, record mode, `mode=PERMISSIVE`. The column (string or binary, declared in the schema) "
@@ -284,7 +301,8 @@ _CLIENT_ATTRS = frozenset(o.attr for o in CLIENT_OPTIONS)
 #: options that mean something only with recordFormat
 _RECORD_ONLY = frozenset(("header", "records_per_flow_file", "bytes_per_flow_file", "partition_columns",
                           "output_grouping", "json_decimals", "flow_file_attributes", "write_schema_attribute", "mode",
-                          "column_name_of_corrupt_record", "include_attributes", "sep", "quote", "escape"))
+                          "column_name_of_corrupt_record", "include_attributes", "sep", "quote", "escape",
+                          "max_inflate_ratio"))
 _SPARK_BY_ATTR = {o.attr: o for o in SPARK_ONLY_OPTIONS}
 
 
@@ -301,6 +319,7 @@ class SparkOptions:
     in_doubt_retention: float = 86400.0
     record_format: str | None = None
     mode: str = "FAILFAST"
+    max_inflate_ratio: float = 100.0
     column_name_of_corrupt_record: str = "_corrupt_record"
     include_attributes: bool = False
     header: bool = True

@@ -311,7 +311,8 @@ class RecordRows:
         self.uuid_col = UUID_COLUMN if opts.include_attributes and UUID_COLUMN in self.arrow.names else None
         self.attrs_col = ATTRIBUTES_COLUMN if opts.include_attributes and ATTRIBUTES_COLUMN in self.arrow.names \
             else None
-        self.settings = ReadSettings(header=opts.header, sep=opts.sep, quote=opts.quote, escape=opts.escape)
+        self.settings = ReadSettings(header=opts.header, sep=opts.sep, quote=opts.quote, escape=opts.escape,
+                                     max_inflate_ratio=opts.max_inflate_ratio)
         self.malformed: list[tuple[str, str]] = []
         self.flow_files = 0
         # FlowFiles a group holds at most: quartered after a group that did not read as one, doubled
