@@ -548,7 +548,9 @@ ParquetChunk = tuple[int, tuple[str, ...], int, int, int, int, int, int]
 def parquet_chunks(data: Any, size: int) -> tuple[int, list[ParquetChunk]]:
     """(rows, [(row group, leaf path, physical type, values, uncompressed bytes, compressed bytes,
     first page offset, fixed length)]) of a Parquet file's footer, read here (pyarrow's accessor of
-    a column chunk's metadata aborts the process on some corrupt footers: docs/reliability.md)."""
+    a column chunk's metadata aborts the process on some corrupt footers, and so does its reader on
+    a row group of -65,536 rows: docs/reliability.md). The row groups' rows must be at least 0
+    and add up to the file's."""
     if size < 12 or bytes(data[size - 4:size]) != b"PAR1":
         raise MalformedRecordSet("not a Parquet file (no 'PAR1' at its end)")
     length = int.from_bytes(bytes(data[size - 8:size - 4]), "little")
@@ -566,7 +568,12 @@ def parquet_chunks(data: Any, size: int) -> tuple[int, list[ParquetChunk]]:
         # the schema's leaves (elements without children), in the order of the column chunks
         leaf_lengths = [field(e, 2, int, 0) for e in field(meta, 2, list) if not field(e, 5, int, 0)]
         chunks: list[ParquetChunk] = []
-        for i, group in enumerate(field(meta, 4, list, [])):
+        groups = field(meta, 4, list, [])
+        group_rows = [field(g, 3, int) for g in groups]
+        if rows < 0 or any(n < 0 for n in group_rows) or sum(group_rows) != rows:
+            raise MalformedRecordSet(f"the Parquet footer says the file holds {rows} rows, and its row groups "
+                                     f"{', '.join(map(str, group_rows[:8]))}{' ...' if len(group_rows) > 8 else ''}")
+        for i, group in enumerate(groups):
             for j, chunk in enumerate(field(group, 1, list, [])):
                 m = field(chunk, 3, dict)
                 first = field(m, 11, int) if m.get(11) else field(m, 9, int)
@@ -574,6 +581,8 @@ def parquet_chunks(data: Any, size: int) -> tuple[int, list[ParquetChunk]]:
                 fixed = leaf_lengths[j] if j < len(leaf_lengths) else 0
                 chunks.append((i, path, field(m, 1, int), field(m, 5, int), field(m, 6, int), field(m, 7, int),
                                first, fixed))
+    except MalformedRecordSet:
+        raise
     except (ValueError, IndexError, KeyError, TypeError, AttributeError) as exc:
         raise MalformedRecordSet(f"cannot read the Parquet footer: {type(exc).__name__}: {exc}") from None
     return rows, chunks

@@ -17,10 +17,11 @@ Libraries (chosen by measurement, docs/benchmarks.md "Record mode: reading"):
   takes, with the same values, and more (``"NaN"`` in a double field, epoch milliseconds and ISO
   text in one timestamp field, a JSON string or number in a decimal field: whatever NiFi's reader
   takes for them);
-* Avro: polars' Arrow-native reader (codecs null, deflate, snappy), and fastavro for what polars
-  does not read (the bzip2 and xz codecs NiFi's AvroRecordSetWriter offers, enums, maps, unions of
-  several types, decimals polars cannot hold, bare datums without a container header), about 15x
-  slower. A union of several types is read by Spark's rule (as ``spark.read.format("avro")``):
+* Avro: the container's blocks are checked and decompressed here (every codec: null, deflate,
+  snappy, bzip2, xz, zstandard), then read by polars' Arrow-native reader as an uncompressed
+  container, a few MiB at a time, and by fastavro for what polars does not read (enums, maps,
+  unions of several types, the null type, decimals polars cannot hold, bare datums without a
+  container header), about 15x slower. A union of several types is read by Spark's rule (as ``spark.read.format("avro")``):
   {int, long} is a long, {float, double} a double, anything else a struct of nullable fields
   ``member0``, ``member1``, ... in union order (null left out), one of them set per row.
 
@@ -29,7 +30,9 @@ does not fit its integer type, text that is no number, raise.
 
 A content that cannot be read as the format, or whose values do not fit the target types, raises
 :class:`~pyspark_s2s.errors.MalformedRecordSet` naming the field and the parse error; the caller
-adds the FlowFile, peer and transaction.
+adds the FlowFile, peer and transaction. So does one that claims more than a FlowFile of its size
+may take once read (:mod:`~pyspark_s2s.records.limits`: every claim checked before a library
+allocates for it), and every batch handed on validates in full.
 
 Must not import: pyspark (the client and the CLI may use this module), the server.
 """

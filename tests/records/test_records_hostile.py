@@ -403,3 +403,27 @@ def test_hostile_contents_take_little_memory_and_time() -> None:
         got = measured(content, fmt)
         assert got["outcome"] != "read" and got["secs"] < 10, got
         assert got["grew_mib"] < 64 + 8 * len(content) / (1 << 20) + 100, got
+
+
+def test_a_row_group_of_negative_rows_is_malformed_in_a_process_that_lives() -> None:
+    # pyarrow 26.0.1: iter_batches(columns=[]) (a target none of whose fields the file has) on a row
+    # group of -65,536 rows throws std::length_error through a noexcept path, and the process aborts
+    # (found by the coverage-guided fuzzer; docs/reliability.md, bugs)
+    code = """
+import io, pyarrow as pa, pyarrow.parquet as pq
+from pyspark_s2s.errors import MalformedRecordSet
+from pyspark_s2s.records.container import write_long
+from pyspark_s2s.records.read import read_record_set
+buf = io.BytesIO(); pq.write_table(pa.table({"a": [1]}), buf); data = buf.getvalue()
+n = int.from_bytes(data[-8:-4], "little"); footer = data[-8 - n:-8]
+i = footer.rindex(b"\\x16\\x02"); footer = footer[:i] + b"\\x16" + write_long(-65536) + footer[i + 2:]
+data = data[:-8 - n] + footer + len(footer).to_bytes(4, "little") + b"PAR1"
+assert pq.ParquetFile(pa.BufferReader(data)).metadata.row_group(0).num_rows == -65536
+try:
+    list(read_record_set(data, "parquet", pa.schema([("b", pa.int64())])))
+except MalformedRecordSet as exc:
+    print("malformed:", exc)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "malformed: the Parquet footer says the file holds 1 rows" in done.stdout, \
+        done.stderr[-2000:]
