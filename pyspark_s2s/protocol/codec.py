@@ -1,20 +1,18 @@
-"""The FlowFile packet codec (NiFi's ``StandardFlowFileCodec``, version 1) and the running CRC32.
+"""The readers of the FlowFile packet format: the incremental per-packet decoder and the index
+of a buffer's packets; the one import for the packet codec.
 
-Owns: the byte layout of one data packet (docs/protocol.md §3), the transaction checksum
-(§4), and the incremental per-packet decoder (bounded buffers, exact errors). The layout's other
-reader, the bulk scanner :func:`scan_ends` / :func:`scan_deltas`, which indexes many packets in
-one buffer without building per-packet objects, lives in :mod:`pyspark_s2s.protocol.scan` and is
-re-exported here (the client's Arrow receive, the reference server's upload via
-:meth:`PacketDecoder.next_run`, and :func:`scan_packets`). Property and fuzz tests keep the two
-readers in agreement.
+Owns: :class:`PacketDecoder` (bytes in, packet events out, bounded buffers, exact errors, the
+CRC of what it consumed), :func:`decode_packets`, and :func:`scan_packets` /
+:class:`PacketScan`. The format itself (the layout, :class:`DataPacket`, the events, the
+encoder, :class:`Checksum`) is :mod:`pyspark_s2s.protocol.packet`'s; the layout's other reader,
+the bulk scanner :func:`scan_ends` / :func:`scan_deltas`, which indexes many packets in one
+buffer without building per-packet objects, is :mod:`pyspark_s2s.protocol.scan`'s (the client's
+Arrow receive, the reference server's upload via :meth:`PacketDecoder.next_run`, and
+:func:`scan_packets`). Both are re-exported here: ``codec`` is the import for the packet codec.
+Property and fuzz tests keep the two readers in agreement.
 
 Must not import: anything outside the standard library except ``pyspark_s2s.errors`` and
-``pyspark_s2s.protocol.scan``.
-
-Packet layout, all integers big-endian and signed::
-
-    int32 attributeCount ; attributeCount x (int32 len, UTF-8 key ; int32 len, UTF-8 value)
-    int64 contentLength  ; contentLength raw bytes
+``pyspark_s2s.protocol`` (``_buffer``, ``_crc``, ``packet``, ``scan``).
 
 No I/O: bytes in, events out (h11 style).
 """
@@ -23,15 +21,27 @@ from __future__ import annotations
 
 import functools
 import struct
-from array import array
 from collections import deque
-from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, Final
 
 from pyspark_s2s.errors import ProtocolError
+from pyspark_s2s.protocol._buffer import append_input, refuse_input
 from pyspark_s2s.protocol._crc import crc32
+from pyspark_s2s.protocol.packet import (
+    NEED_DATA,
+    Checksum,
+    ContentChunk,
+    DataPacket,
+    DecoderEvent,
+    NeedData,
+    PacketEnd,
+    PacketRun,
+    PacketStart,
+    encode_packet,
+    encode_packet_header,
+)
 from pyspark_s2s.protocol.scan import (
     MAX_ATTRIBUTES,
     packet_offsets,
@@ -71,127 +81,8 @@ DEFAULT_MAX_HEADER_BYTES: Final = 64 << 20
 DEFAULT_INLINE_CONTENT_LIMIT: Final = 1 << 20
 
 _I32 = struct.Struct(">i")
-_U32 = struct.Struct(">I")
 _I64 = struct.Struct(">q")
-_MAX_CONTENT_LENGTH = (1 << 63) - 1
-
-
-@dataclass(frozen=True, slots=True)
-class DataPacket:
-    """One FlowFile on the wire: its attributes and its whole content."""
-
-    attributes: dict[str, str]
-    content: bytes
-
-    @property
-    def size(self) -> int:
-        return len(self.content)
-
-
-class Checksum:
-    """The running transaction CRC: ``java.util.zip.CRC32`` (the same function as ``zlib.crc32``;
-    computed by zlib-ng where installed, see ``_crc``).
-
-    ``value`` is the unsigned 32-bit value NiFi renders in decimal (docs/protocol.md §4).
-    """
-
-    __slots__ = ("_crc",)
-
-    def __init__(self, initial: int = 0) -> None:
-        self._crc = initial & 0xFFFFFFFF
-
-    def update(self, data: bytes | bytearray | memoryview) -> None:
-        self._crc = crc32(data, self._crc)
-
-    @property
-    def value(self) -> int:
-        return self._crc
-
-    def __repr__(self) -> str:
-        return f"Checksum({self._crc})"
-
-
-# -- encoding ---------------------------------------------------------------------------------
-
-
-def _check_length(length: int, what: str) -> None:
-    if length > 0x7FFFFFFF:
-        raise ProtocolError(f"{what} is {length} bytes; the packet format allows at most 2147483647")
-
-
-def encode_packet_header(attributes: Mapping[str, str], content_length: int) -> bytes:
-    """The bytes of a packet up to (not including) its content."""
-    if len(attributes) > MAX_ATTRIBUTES:
-        raise ProtocolError(
-            f"a FlowFile has {len(attributes)} attributes; NiFi accepts at most {MAX_ATTRIBUTES}"
-        )
-    if content_length < 0 or content_length > _MAX_CONTENT_LENGTH:
-        raise ProtocolError(f"invalid content length {content_length}")
-    pack = _I32.pack
-    parts: list[bytes] = [pack(len(attributes))]
-    add = parts.extend
-    try:
-        for key, value in attributes.items():
-            k = key.encode("utf-8")
-            v = value.encode("utf-8")
-            add((pack(len(k)), k, pack(len(v)), v))
-    except (AttributeError, struct.error):
-        _explain(attributes)  # raises the precise error
-        raise
-    parts.append(_I64.pack(content_length))
-    return b"".join(parts)
-
-
-def _explain(attributes: Mapping[str, str]) -> None:
-    """Why ``attributes`` cannot be encoded (the slow path of :func:`encode_packet_header`)."""
-    for key, value in attributes.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError(
-                f"FlowFile attributes must be str -> str, got {type(key).__name__} -> "
-                f"{type(value).__name__} for key {key!r}"
-            )
-        _check_length(len(key.encode("utf-8")), f"attribute name {key[:40]!r}")
-        _check_length(len(value.encode("utf-8")), f"value of attribute {key[:40]!r}")
-
-
-def encode_packet(attributes: Mapping[str, str], content: bytes | bytearray | memoryview) -> bytes:
-    """One whole packet."""
-    return encode_packet_header(attributes, len(content)) + bytes(content)
-
-
-# -- decoding ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PacketStart:
-    """A packet whose content is larger than the inline limit begins; ContentChunks follow."""
-
-    attributes: dict[str, str]
-    content_length: int
-
-
-@dataclass(frozen=True, slots=True)
-class ContentChunk:
-    data: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class PacketEnd:
-    pass
-
-
-class NeedData:
-    """Sentinel type: the decoder needs more bytes before it can produce an event."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "NEED_DATA"
-
-
-NEED_DATA: Final = NeedData()
-
-DecoderEvent = DataPacket | PacketStart | ContentChunk | PacketEnd | NeedData
+_MAX_CONTENT_LENGTH = (1 << 63) - 1  # the largest the layout's int64 allows
 
 
 class PacketDecoder:
@@ -272,10 +163,8 @@ class PacketDecoder:
 
     # -- input -----------------------------------------------------------------------------
     def feed(self, data: bytes | bytearray | memoryview) -> None:
-        if self._failed:
-            raise ProtocolError("decoder already failed")
-        if self._eof:
-            raise ProtocolError("data fed after end of stream")
+        if self._failed or self._eof:
+            raise refuse_input(self._failed, "decoder")
         if not data:
             return
         if self._streaming and self._remaining and self._pos == len(self._buf):
@@ -293,10 +182,7 @@ class PacketDecoder:
             data = data[n:]
             if not data:
                 return
-        if self._pos and self._pos >= len(self._buf) // 2:
-            del self._buf[: self._pos]
-            self._pos = 0
-        self._buf += data
+        self._pos = append_input(self._buf, self._pos, data)
 
     def end_of_stream(self) -> None:
         """Declare that no more bytes will come; raises if the stream stopped inside a packet."""
@@ -649,29 +535,6 @@ def decode_packets(data: bytes | bytearray | memoryview) -> list[DataPacket]:
     out = [ev for ev in dec.events() if isinstance(ev, DataPacket)]
     dec.end_of_stream()
     return out
-
-
-@dataclass(frozen=True, slots=True)
-class PacketRun:
-    """Whole packets as they arrived (:meth:`PacketDecoder.next_run`): ``data`` holds their
-    bytes, ``ends``/``counts`` index them as :func:`scan_ends` does (offsets into ``data``), or
-    when ``spans`` is true as :func:`scan_spans` does (two offsets per packet)."""
-
-    data: bytes
-    ends: array[int]
-    counts: array[int]
-    spans: bool = False
-
-    @property
-    def count(self) -> int:
-        return len(self.counts)
-
-    def offsets(self, back: int = 1) -> list[int]:
-        """Per packet: where it ends (``back`` 1) or where its attribute section ends (2), as
-        :func:`packet_offsets` takes them out of ``scan_ends``' ends."""
-        if self.spans:
-            return self.ends[2 - back :: 2].tolist()
-        return packet_offsets(self.ends, self.counts, back)
 
 
 @dataclass(slots=True)

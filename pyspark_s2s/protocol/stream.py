@@ -1,7 +1,9 @@
 """Packet streams as they travel in an HTTP body: codec + optional compression + transaction CRC.
 
 Owns: the combination rules of docs/protocol.md §4-§5: the CRC covers the uncompressed codec
-bytes of all packets in order; with compression each packet is its own frame.
+bytes of all packets in order; with compression each packet is its own frame. Also
+:class:`PacketLimits`, the bounds a packet stream's readers enforce and the readers built with
+them, which the RAW reader's packet sections (:mod:`pyspark_s2s.protocol.raw.reader`) share.
 
 Must not import: anything outside the standard library except ``pyspark_s2s.errors`` and
 ``pyspark_s2s.protocol``.
@@ -11,21 +13,13 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from pyspark_s2s.errors import ProtocolError
 from pyspark_s2s.protocol.codec import (
     DEFAULT_INLINE_CONTENT_LIMIT,
     DEFAULT_MAX_HEADER_BYTES,
-    MAX_ATTRIBUTES,
-    NEED_DATA,
-    Checksum,
-    ContentChunk,
-    DataPacket,
-    DecoderEvent,
     PacketDecoder,
-    PacketEnd,
-    PacketStart,
-    encode_packet_header,
 )
 from pyspark_s2s.protocol.compression import (
     DEFAULT_MAX_CHUNK,
@@ -33,8 +27,40 @@ from pyspark_s2s.protocol.compression import (
     FrameReader,
     FrameWriter,
 )
+from pyspark_s2s.protocol.packet import (
+    NEED_DATA,
+    Checksum,
+    ContentChunk,
+    DataPacket,
+    DecoderEvent,
+    PacketEnd,
+    PacketStart,
+    encode_packet_header,
+)
+from pyspark_s2s.protocol.scan import MAX_ATTRIBUTES
 
-__all__ = ["PacketStreamDecoder", "PacketStreamEncoder", "packets_of"]
+__all__ = ["PacketLimits", "PacketStreamDecoder", "PacketStreamEncoder", "packets_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class PacketLimits:
+    """The bounds a packet stream's readers enforce (the keyword arguments of the same names of
+    :class:`PacketStreamDecoder` and the RAW ``RawReader``), and the readers built with them."""
+
+    max_attributes: int = MAX_ATTRIBUTES
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    inline_content_limit: int = DEFAULT_INLINE_CONTENT_LIMIT
+    max_chunk: int = DEFAULT_MAX_CHUNK
+
+    def readers(self, compressed: bool) -> tuple[PacketDecoder, FrameReader | None]:
+        """A new packet decoder, and the compression frame reader in front of it (None for a
+        plain stream)."""
+        packets = PacketDecoder(
+            max_attributes=self.max_attributes,
+            max_header_bytes=self.max_header_bytes,
+            inline_content_limit=self.inline_content_limit,
+        )
+        return packets, FrameReader(max_chunk=self.max_chunk) if compressed else None
 
 
 class PacketStreamEncoder:
@@ -182,12 +208,9 @@ class PacketStreamDecoder:
     ) -> None:
         self.compressed = compressed
         self.strict_frames = strict_frames
-        self._packets = PacketDecoder(
-            max_attributes=max_attributes,
-            max_header_bytes=max_header_bytes,
-            inline_content_limit=inline_content_limit,
-        )
-        self._frames = FrameReader(max_chunk=max_chunk) if compressed else None
+        self._packets, self._frames = PacketLimits(
+            max_attributes, max_header_bytes, inline_content_limit, max_chunk
+        ).readers(compressed)
         self._queue: deque[DecoderEvent] = deque()
         self._packets_at_frame_start = 0
 
