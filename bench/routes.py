@@ -34,7 +34,7 @@ CONTENT = bytes(range(100))
 
 def run_one(strategy: str, args: argparse.Namespace) -> dict[str, object]:
     from pyspark_s2s.client import SiteToSiteClient, SiteToSiteClientConfig
-    from pyspark_s2s.client.transaction import SendTransaction
+    from pyspark_s2s.client.http_send import SendTransaction
 
     with tempfile.TemporaryDirectory(prefix="s2s-bench-routes-") as tmp:
         extra = ["--data-dir", os.path.join(tmp, "data")] if args.durable else []

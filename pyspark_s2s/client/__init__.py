@@ -16,14 +16,11 @@ from pyspark_s2s.client.config import (
     SiteToSiteClientConfig,
     options_markdown,
 )
+from pyspark_s2s.client.http_receive import ReceiveTransaction
+from pyspark_s2s.client.http_send import SendTransaction
+from pyspark_s2s.client.receiving import StreamedPacket
 from pyspark_s2s.client.siteinfo import PortInfo, SiteInfo
-from pyspark_s2s.client.transaction import (
-    ReceiveTransaction,
-    SendTransaction,
-    StreamedPacket,
-    TransactionCompletion,
-    TransactionHandle,
-)
+from pyspark_s2s.client.transaction import TransactionCompletion, TransactionHandle
 from pyspark_s2s.protocol.codec import DataPacket
 from pyspark_s2s.protocol.codes import Direction
 from pyspark_s2s.protocol.peers import PeerStatus

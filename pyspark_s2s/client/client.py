@@ -1,8 +1,8 @@
 """The Site-to-Site client object: peer choice and transaction creation (docs/protocol.md §1.4, §8).
 
 Over either transport (``transportProtocol``): HTTP requests, or NiFi's RAW socket protocol
-(``client.raw``: connections, pool, peer list and transactions); the site information always comes
-over HTTP(S). Callers see the same transaction interface either way.
+(``client.raw_connection``: connections, pool, peer list; ``client.raw``: transactions); the site
+information always comes over HTTP(S). Callers see the same transaction interface either way.
 
 Owns: :class:`SiteToSiteClient` — lazily built transport, site information and peers; the
 handshake headers of every request (version + handshake properties, §1.1); port resolution;
@@ -24,15 +24,12 @@ from typing import TYPE_CHECKING, Any, Self
 
 from pyspark_s2s.client.config import SiteToSiteClientConfig
 from pyspark_s2s.client.http import HttpTransport
+from pyspark_s2s.client.http_receive import ReceiveTransaction
+from pyspark_s2s.client.http_send import SendTransaction
+from pyspark_s2s.client.http_transaction import _result_error
 from pyspark_s2s.client.peers import PeerManager
 from pyspark_s2s.client.siteinfo import SiteInfo, SiteInfoProvider
-from pyspark_s2s.client.transaction import (
-    ReceiveTransaction,
-    SendTransaction,
-    TransactionCompletion,
-    TransactionHandle,
-    _result_error,
-)
+from pyspark_s2s.client.transaction import TransactionCompletion, TransactionHandle
 from pyspark_s2s.errors import (
     ChecksumMismatch,
     ConfigError,
@@ -62,7 +59,7 @@ from pyspark_s2s.protocol.urls import resolve_location
 __all__ = ["SiteToSiteClient", "raises_at_once"]
 
 if TYPE_CHECKING:
-    from pyspark_s2s.client.raw import RawTransport
+    from pyspark_s2s.client.raw_connection import RawTransport
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +117,10 @@ class SiteToSiteClient:
                 raw_options: dict[str, Any] = {}
                 if self.is_raw:
                     # imported here: an HTTP client's process never loads the RAW modules
-                    from pyspark_s2s.client.raw import RawTransport, raw_bootstrap_peer
+                    from pyspark_s2s.client.raw_connection import (
+                        RawTransport,
+                        raw_bootstrap_peer,
+                    )
 
                     http = self._transport
                     self._raw = RawTransport(cfg, self._site, ssl_context=lambda: http.ssl_context)
@@ -153,7 +153,7 @@ class SiteToSiteClient:
     def peer_name(self, peer: PeerStatus) -> str:
         """How errors name ``peer``: its API URL (HTTP) or ``nifi://host:port`` (RAW)."""
         if self.is_raw:
-            from pyspark_s2s.client.raw import raw_peer_name
+            from pyspark_s2s.client.raw_connection import raw_peer_name
 
             return raw_peer_name(peer)
         return peer.api_url

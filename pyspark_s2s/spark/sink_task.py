@@ -25,7 +25,8 @@ import pyarrow.compute as pc
 from pyspark_s2s.client import SiteToSiteClient
 from pyspark_s2s.client.arrow import EncodedRows
 from pyspark_s2s.client.client import raises_at_once
-from pyspark_s2s.client.transaction import SendTransaction, TransactionHandle
+from pyspark_s2s.client.http_send import SendTransaction
+from pyspark_s2s.client.transaction import TransactionHandle
 from pyspark_s2s.errors import NoPeerAvailableError, S2SError
 from pyspark_s2s.protocol.codes import Direction
 from pyspark_s2s.records.write import RecordFlowFile, RecordSetPacker, RecordWriteSpec
