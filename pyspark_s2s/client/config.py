@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from pyspark_s2s.docsection import DocSection
 from pyspark_s2s.errors import ConfigError
 from pyspark_s2s.protocol.urls import PeerAddressMap, parse_cluster_urls
 
@@ -646,35 +647,15 @@ def options_markdown(table: Iterable[Option] = OPTIONS) -> str:
 
 #: the generated table sits between these two lines of its page
 DOC_BEGIN, DOC_END = "<!-- options:begin -->\n", "<!-- options:end -->"
-
-
-def _doc_parts(path: str) -> tuple[str, str, str]:
-    """(text before the table, the table as written, text after) of the page at ``path``."""
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
-    i, j = text.find(DOC_BEGIN), text.find(DOC_END)
-    if i < 0 or j < i:
-        raise ValueError(f"{path}: no '{DOC_BEGIN.strip()}' ... '{DOC_END}' lines around the options table")
-    i += len(DOC_BEGIN)
-    return text[:i], text[i:j], text[j:]
+_DOC_SECTION = DocSection(DOC_BEGIN, DOC_END, "options table")
 
 
 def doc_drift(path: str, table: Iterable[Option] = OPTIONS) -> str:
     """How the options table written in ``path`` differs from the one generated from ``table``:
     a unified diff (page rows against generated rows), empty when the page is current."""
-    import difflib
-
-    written = _doc_parts(path)[1].splitlines(keepends=True)
-    generated = options_markdown(table).splitlines(keepends=True)
-    return "".join(difflib.unified_diff(written, generated, f"{path} (as written)", "generated from the table"))
+    return _DOC_SECTION.drift(path, options_markdown(table))
 
 
 def update_doc(path: str, table: Iterable[Option] = OPTIONS) -> bool:
     """Rewrite the generated options table between the markers of ``path``; True if changed."""
-    head, written, tail = _doc_parts(path)
-    generated = options_markdown(table)
-    if written == generated:
-        return False
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(head + generated + tail)
-    return True
+    return _DOC_SECTION.rewrite(path, options_markdown(table))

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from pyspark_s2s.docsection import DocSection
+
 __all__ = ["FORMATS", "READERS", "TYPE_TABLE", "TypeRow", "type_table_markdown", "update_doc"]
 
 FORMATS = ("avro", "json", "csv", "parquet")
@@ -136,15 +138,4 @@ DOC_BEGIN, DOC_END = "<!-- types:begin -->\n", "<!-- types:end -->"
 
 def update_doc(path: str) -> bool:
     """Rewrite the generated type table between the markers of ``path``; True if it changed."""
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
-    i, j = text.find(DOC_BEGIN), text.find(DOC_END)
-    if i < 0 or j < i:
-        raise ValueError(f"{path}: no '{DOC_BEGIN.strip()}' ... '{DOC_END}' lines around the type table")
-    i += len(DOC_BEGIN)
-    new = text[:i] + type_table_markdown() + text[j:]
-    if new == text:
-        return False
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(new)
-    return True
+    return DocSection(DOC_BEGIN, DOC_END, "type table").rewrite(path, type_table_markdown())
