@@ -44,7 +44,7 @@ from pyspark_s2s.protocol.codec import NeedData
 from pyspark_s2s.protocol.codes import Direction, ResponseCode
 from pyspark_s2s.protocol.negotiation import HandshakeProperties
 from pyspark_s2s.protocol.peers import PeerStatus
-from pyspark_s2s.server import core
+from pyspark_s2s.server import core, transfer
 from pyspark_s2s.server.faults import Fault, FaultRegistry
 from pyspark_s2s.server.listener import NodeListener
 from pyspark_s2s.server.model import Node, Port
@@ -125,7 +125,7 @@ class RawConnection:
         self.sock = sock
         self.idle_timeout = server.idle_timeout
         self._sock_timeout = server.idle_timeout  # set by the listener (finish_request)
-        self.reader = raw.RawReader(inline_content_limit=core.UPLOAD_INLINE_LIMIT)
+        self.reader = raw.RawReader(inline_content_limit=transfer.UPLOAD_INLINE_LIMIT)
         self._recv_view = memoryview(bytearray(READ_SIZE))
         self.version = 0
         self.handshake: raw.RawHandshake | None = None
@@ -193,7 +193,7 @@ class RawConnection:
             self._flush()
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        """Packet bytes of a download (:func:`core.write_flowfiles`): gathered, sent when enough."""
+        """Packet bytes of a download (:func:`transfer.write_flowfiles`): gathered, sent when enough."""
         self._send(data, flush=False)
 
     def write_gathered(self, pieces: Sequence[bytes | bytearray | memoryview]) -> None:
@@ -386,7 +386,7 @@ class RawConnection:
         port, fault = self._transfer_port(raw.RequestType.SEND_FLOWFILES, Direction.SEND)
         props = self._props()
         tx = core.create_transaction(self.app, self.who, port, props)
-        upload = core.Upload(self.app, tx, self.who)
+        upload = transfer.Upload(self.app, tx, self.who)
         reader = self.reader
         stalled = False
         try:
@@ -456,7 +456,7 @@ class RawConnection:
         port, fault = self._transfer_port(raw.RequestType.RECEIVE_FLOWFILES, Direction.RECEIVE)
         props = self._props()
         tx = core.create_transaction(self.app, self.who, port, props)
-        download = core.Download(self.app, tx, port, props, one_at_a_time=fault is not None)
+        download = transfer.Download(self.app, tx, port, props, one_at_a_time=fault is not None)
         if not download.start(end_if_empty=True):
             self._send(raw.encode_response(ResponseCode.NO_MORE_DATA))
             return
@@ -465,7 +465,7 @@ class RawConnection:
             self._send(raw.encode_response(ResponseCode.MORE_DATA), flush=False)
             batch = download.next_batch()
             while batch:
-                core.write_flowfiles(self, writer, batch)
+                transfer.write_flowfiles(self, writer, batch)
                 if fault is not None and writer.packets >= fault.after_packets:
                     if fault.kind == "drop_mid_body":
                         self._flush()
