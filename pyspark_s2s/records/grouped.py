@@ -43,28 +43,28 @@ import pyarrow as pa
 
 from pyspark_s2s.errors import MalformedRecordSet
 from pyspark_s2s.records import container, limits
-from pyspark_s2s.records.limits import row_bytes
-from pyspark_s2s.records.read import (
-    _ARROW_ERRORS,
+from pyspark_s2s.records.avro_read import (
     _AVRO_CHUNK,
-    _OBJECT_CHUNK,
     AVRO_FAST_CODECS,
-    ReadSettings,
     _avro_blocks,
-    _avro_header_info,
-    _AvroSchema,
-    _block_size,
     _check_block,
-    _csv,
+)
+from pyspark_s2s.records.avro_read_schema import _avro_header_info, _AvroSchema
+from pyspark_s2s.records.conform import checked, conform
+from pyspark_s2s.records.csv_read import _csv
+from pyspark_s2s.records.json_read import (
     _has_temporal,
     _json_read_type,
-    checked,
-    conform,
     json_needs_objects,
-    json_objects_table,
-    json_records,
     json_source_schema,
 )
+from pyspark_s2s.records.json_read_objects import (
+    _OBJECT_CHUNK,
+    json_objects_table,
+    json_records,
+)
+from pyspark_s2s.records.limits import row_bytes
+from pyspark_s2s.records.read_base import _ARROW_ERRORS, ReadSettings, _block_size
 
 __all__ = ["GROUPED_FORMATS", "SMALL_RECORD_SET", "RecordSetGroup"]
 

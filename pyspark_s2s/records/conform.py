@@ -1,0 +1,275 @@
+"""Record batches conformed to the target schema: what every reader's output goes through.
+
+Owns: :func:`conform` (a batch as exactly the target schema: fields matched by name, missing ones
+null, unknown ones dropped, values cast with Arrow's checked casts), :func:`checked` (a batch
+handed on validates in full), ``_match`` (the source field for a target field: by name, by case,
+or by NiFi's rule for record field names), ``_cast`` (one column to its target type, every error
+naming the field) and the conversions behind it, all Arrow compute: epoch milliseconds and ISO
+text to timestamps, dates and times; NiFi's JSON byte arrays to binary; decimals checked against
+their precision (pyarrow's JSON reader and polars' Avro reader hand on values with more digits
+than their type holds) and read into a double through their text (correctly rounded).
+
+Values are never changed silently: a decimal with more digits than its type holds, a number that
+does not fit its integer type, text that is no number, raise MalformedRecordSet naming the field.
+
+Must not import: pyspark, the server, ``records.read`` and the format readers (they import this).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pyspark_s2s.errors import MalformedRecordSet
+from pyspark_s2s.records.read_base import _ARROW_ERRORS
+from pyspark_s2s.records.types import avro_name
+
+__all__ = ["checked", "conform"]
+
+
+#: text of an integer (NiFi's epoch milliseconds, or milliseconds of the day)
+_DIGITS = r"^\s*-?\d+\s*$"
+#: ISO text with a time that ends with a zone offset (``Z``, ``+01``, ``+0100``, ``+01:00``)
+_ZONED = r"[Tt ].*(?:[Zz]|[+-]\d{2}(?::?\d{2})?)$"
+
+
+def _match(name: str, names: Any) -> str | None:
+    """The source field for a target field: the same name, else the one equal ignoring case, else
+    the one named by NiFi's rule for record field names (``a b`` is the field ``a_b``: what the
+    sink and NiFi's writers name a column whose name is not a valid Avro name)."""
+    if name in names:
+        return name
+    folded = [n for n in names if n.lower() == name.lower()]
+    if len(folded) == 1:
+        return folded[0]
+    field = avro_name(name)
+    return field if field != name and field in names else None
+
+
+def conform(batch: pa.RecordBatch | pa.Table, target: pa.Schema) -> pa.RecordBatch:
+    """``batch`` as a record batch of exactly ``target`` (see the module doc)."""
+    if isinstance(batch, pa.Table):
+        if not batch.num_rows:
+            return pa.RecordBatch.from_pylist([], schema=target)
+        batch = batch.combine_chunks().to_batches()[0]
+    names = batch.schema.names
+    columns = []
+    for f in target:
+        src = _match(f.name, names)
+        if src is None:
+            columns.append(pa.nulls(batch.num_rows, f.type))
+            continue
+        if names.count(src) > 1:
+            raise MalformedRecordSet(f"the record set has {names.count(src)} fields named {src!r}")
+        columns.append(_cast(batch.column(src), f.type, f.name))
+        if not f.nullable and columns[-1].null_count:
+            raise MalformedRecordSet(f"field {f.name} is declared NOT NULL but a record has no value for it")
+    return pa.RecordBatch.from_arrays(columns, schema=target)
+
+
+def _cast(arr: pa.Array, t: pa.DataType, name: str) -> pa.Array:
+    """``arr`` as type ``t`` (checked casts; see the module doc); MalformedRecordSet names the field."""
+    try:
+        if arr.type == t:
+            if _has_decimal(t):
+                _check_decimals(arr, name)
+            return arr
+        return _convert(arr, t, name)
+    except MalformedRecordSet:
+        raise
+    except _ARROW_ERRORS as exc:
+        raise MalformedRecordSet(f"field {name}: cannot read {arr.type} values as {t}: {exc}") from None
+
+
+def _has_decimal(t: pa.DataType) -> bool:
+    if pa.types.is_decimal(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_has_decimal(f.type) for f in t)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _has_decimal(t.value_type)
+    if pa.types.is_map(t):
+        return _has_decimal(t.item_type)
+    return False
+
+
+def _check_decimals(arr: pa.Array, name: str) -> None:
+    """Raise when a decimal value of ``arr`` has more digits than its type holds: pyarrow's JSON
+    reader and polars' Avro reader hand such values on unchecked (123456789.5 as decimal(10,2))."""
+    t = arr.type
+    if pa.types.is_decimal(t):
+        if len(arr) == arr.null_count:
+            return
+        bound = Decimal(f"{10 ** t.precision - 1}E{-t.scale}")
+        extremes = pc.min_max(arr).as_py()
+        low, high = extremes["min"], extremes["max"]
+        if high > bound or low < -bound:
+            bad = high if high > bound else low
+            raise MalformedRecordSet(f"field {name}: the value {bad} has more digits than {t} holds")
+    elif pa.types.is_struct(t):
+        for i, f in enumerate(t):
+            _check_decimals(arr.field(i), f"{name}.{f.name}")
+    elif pa.types.is_list(t) or pa.types.is_large_list(t):
+        _check_decimals(arr.flatten(), f"{name}[]")
+    elif pa.types.is_map(t):
+        _check_decimals(arr.items, f"{name} value")
+
+
+def _epoch_ms(arr: pa.Array) -> pa.Array:
+    """Epoch milliseconds (integers, or text of digits) as timestamp[ms, UTC]."""
+    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+        arr = pc.cast(pc.utf8_trim_whitespace(arr), pa.int64())
+    return pc.cast(pc.cast(arr, pa.int64()), pa.timestamp("ms", tz="UTC"))
+
+
+def _ms_of_day(arr: pa.Array) -> pa.Array:
+    """Milliseconds of the day (integers, or text of digits) as time32[ms]."""
+    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+        arr = pc.utf8_trim_whitespace(arr)
+    return pc.cast(pc.cast(arr, pa.int32()), pa.time32("ms"))
+
+
+def _time_text(arr: pa.Array) -> pa.Array:
+    """ISO text of a time of day ("17:00:00", "01:02:03.004", as NiFi writes a TIME with a
+    format) as time64[ns] (Arrow casts no text to a time: read as that time on 1970-01-01)."""
+    day = pc.binary_join_element_wise(pa.scalar("1970-01-01T"), arr, pa.scalar(""))
+    return pc.cast(pc.cast(day, pa.timestamp("ns")), pa.time64("ns"))
+
+
+def _per_value(arr: pa.Array, t: pa.DataType, from_digits: Any, from_text: Any) -> pa.Array:
+    """Text values as type ``t``, each by its form: digits (NiFi's epoch milliseconds) by
+    ``from_digits``, other text by ``from_text``."""
+    if pa.types.is_large_string(arr.type):
+        arr = pc.cast(arr, pa.string())
+    digits = pc.match_substring_regex(arr, _DIGITS)
+    count = pc.sum(digits).as_py() or 0
+    if count == len(arr) - arr.null_count:
+        return pc.cast(from_digits(arr), t)
+    if not count:
+        return pc.cast(from_text(arr), t)
+    none = pa.scalar(None, pa.string())
+    return pc.if_else(digits, pc.cast(from_digits(pc.if_else(digits, arr, none)), t),
+                      pc.cast(from_text(pc.if_else(digits, none, arr)), t))
+
+
+def _iso_timestamps(arr: pa.Array, t: pa.DataType) -> pa.Array:
+    """ISO 8601 text as timestamps of ``t``: text with a zone offset is that instant, text
+    without one the wall-clock time taken as UTC (as pyarrow's JSON reader takes both); for a
+    zone-less ``t``, the UTC wall clock."""
+    zoned = pc.match_substring_regex(arr, _ZONED)
+    count = pc.sum(zoned).as_py() or 0
+    valid = len(arr) - arr.null_count
+    none = pa.scalar(None, pa.string())
+    parts = []
+    if count:  # instants, as epoch units
+        parts.append(pc.cast(pc.cast(arr if count == valid else pc.if_else(zoned, arr, none),
+                                     pa.timestamp(t.unit, tz="UTC")), pa.int64()))
+    if count < valid:  # wall-clock times, taken as UTC
+        parts.append(pc.cast(pc.cast(arr if not count else pc.if_else(zoned, none, arr),
+                                     pa.timestamp(t.unit)), pa.int64()))
+    values = parts[0] if len(parts) == 1 else pc.coalesce(*parts)
+    return pc.cast(values, t)
+
+
+def _convert(arr: pa.Array, t: pa.DataType, name: str) -> pa.Array:
+    src = arr.type
+    if pa.types.is_null(src) or arr.null_count == len(arr):
+        return pa.nulls(len(arr), t)
+    if pa.types.is_dictionary(src):
+        return _cast(arr.dictionary_decode(), t, name)
+    if pa.types.is_decimal(src):
+        _check_decimals(arr, name)  # the source's own digits first (a cast need not look at them)
+    if pa.types.is_struct(t):
+        if not pa.types.is_struct(src):
+            raise MalformedRecordSet(f"field {name}: a {src} value where a record was expected")
+        arr = _unslice(arr)
+        have = [src.field(i).name for i in range(src.num_fields)]
+        children = []
+        for f in t:
+            m = _match(f.name, have)
+            children.append(pa.nulls(len(arr), f.type) if m is None else
+                            _cast(arr.field(m), f.type, f"{name}.{f.name}"))
+        return pa.StructArray.from_arrays(children, fields=list(t), mask=arr.is_null())
+    if pa.types.is_list(t):
+        if not (pa.types.is_list(src) or pa.types.is_large_list(src)):
+            raise MalformedRecordSet(f"field {name}: a {src} value where an array was expected")
+        arr = _unslice(arr)
+        offsets = pc.cast(arr.offsets, pa.int32())
+        values = _cast(arr.values, t.value_type, f"{name}[]")
+        return pa.ListArray.from_arrays(offsets, values, type=t, mask=arr.is_null())
+    if pa.types.is_map(t):
+        if not pa.types.is_map(src):
+            raise MalformedRecordSet(f"field {name}: a {src} value where a map was expected")
+        arr = _unslice(arr)
+        keys = _cast(arr.keys, t.key_type, f"{name} key")
+        items = _cast(arr.items, t.item_type, f"{name} value")
+        return pa.MapArray.from_arrays(arr.offsets, keys, items, type=t, mask=arr.is_null())
+    text = pa.types.is_string(src) or pa.types.is_large_string(src)
+    if pa.types.is_timestamp(t):
+        # epoch milliseconds (NiFi's default), ISO text, or a timestamp: with a zone (Avro
+        # timestamp-*, Parquet UTC-adjusted) the instant, without one (Avro local-timestamp-*,
+        # Parquet not UTC-adjusted) the wall clock taken as UTC; a zone-less target (Spark's
+        # timestamp_ntz) gets the UTC wall clock of either
+        if pa.types.is_integer(src):
+            arr = _epoch_ms(arr)
+        elif text:
+            return _per_value(arr, t, _epoch_ms, lambda a: _iso_timestamps(a, t))
+        elif pa.types.is_timestamp(src) and src.tz is None and t.tz is not None:
+            arr = pc.assume_timezone(arr, "UTC")
+        return pc.cast(arr, t)
+    if pa.types.is_date(t):
+        if pa.types.is_integer(src):
+            arr = _epoch_ms(arr)
+        elif text:
+            return _per_value(arr, t, _epoch_ms, lambda a: a)
+        return pc.cast(arr, t)
+    if pa.types.is_time(t):
+        if pa.types.is_integer(src):
+            arr = _ms_of_day(arr)
+        elif text:
+            return _per_value(arr, t, _ms_of_day, _time_text)
+        return pc.cast(arr, t)
+    if (pa.types.is_binary(t) or pa.types.is_large_binary(t)) and (pa.types.is_list(src) or pa.types.is_large_list(src)):
+        return _bytes_from_ints(_unslice(arr), t)
+    if (pa.types.is_string(t) or pa.types.is_large_string(t)) and (
+            pa.types.is_binary(src) or pa.types.is_large_binary(src)):
+        raise MalformedRecordSet(f"field {name}: binary values where text was expected")
+    if pa.types.is_nested(src):
+        raise MalformedRecordSet(f"field {name}: a {src} value where {t} was expected")
+    if pa.types.is_decimal(src) and pa.types.is_floating(t):
+        # Arrow's decimal -> float cast is not correctly rounded (15.1 in decimal(24,1) gives
+        # 15.100000000000001, about a third of such values); its text -> float parse is
+        return pc.cast(pc.cast(arr, pa.string()), t)
+    return pc.cast(arr, t, safe=True)
+
+
+def _unslice(arr: pa.Array) -> pa.Array:
+    return pa.concat_arrays([arr]) if arr.offset else arr
+
+
+def _bytes_from_ints(arr: pa.Array, t: pa.DataType) -> pa.Array:
+    """NiFi's JSON bytes: an array of ints (signed -128..127, or 0..255) per value -> binary."""
+    values = pc.cast(arr.values, pa.int16())
+    if len(values) and (pc.min(values).as_py() < -128 or pc.max(values).as_py() > 255):
+        raise pa.ArrowInvalid("a byte array holds a value outside -128..255")
+    octets = pc.cast(pc.bit_wise_and(values, pa.scalar(0xFF, pa.int16())), pa.uint8())
+    data = octets.buffers()[1] if len(octets) else pa.py_buffer(b"")
+    offsets = pc.cast(arr.offsets, pa.int32())
+    validity = arr.is_valid()
+    mask_buf = None if arr.null_count == 0 else validity.buffers()[1]
+    out = pa.Array.from_buffers(pa.binary(), len(arr), [mask_buf, offsets.buffers()[1], data],
+                                null_count=arr.null_count)
+    return out if t == pa.binary() else pc.cast(out, t)
+
+
+def checked(batch: pa.RecordBatch, fmt: str) -> pa.RecordBatch:
+    """``batch`` when its arrays validate in full (UTF-8 text, offsets within their data, ...),
+    else MalformedRecordSet: what a reader hands on is never data Arrow (or Spark) cannot read."""
+    try:
+        batch.validate(full=True)
+    except pa.ArrowException as exc:
+        raise MalformedRecordSet(f"the {fmt} record set reads as invalid data: {exc}") from None
+    return batch
