@@ -2,8 +2,10 @@
 
 Owns: :class:`DefaultSource` (found by Spark's auto-registration through
 ``pyspark_s2s.DefaultSource``; :func:`register` it by hand for ``--py-files`` zips), the stream and batch
-readers (``spark.source``), the writers (``spark.sink``), the options (``spark.options``), the
-schema (``spark.schema``) and the staging area (``spark.staging``).
+readers (``spark.source``; their exactly-once rounds: ``spark.rounds``), the writers
+(``spark.sink``), the options (``spark.options``), the schema (``spark.schema``) and the staging
+area (``spark.staging``). :func:`register` lives in ``spark.datasource``, next to the class it
+registers.
 
 This is the only package that imports pyspark. It is built on the client
 (:class:`~pyspark_s2s.client.SiteToSiteClient`); it never speaks HTTP itself.
@@ -11,8 +13,7 @@ This is the only package that imports pyspark. It is built on the client
 
 from __future__ import annotations
 
-from pyspark_s2s.spark.compat import register
-from pyspark_s2s.spark.datasource import DefaultSource
+from pyspark_s2s.spark.datasource import DefaultSource, register
 from pyspark_s2s.spark.options import SPARK_OPTIONS, SparkOptions
 from pyspark_s2s.spark.schema import SOURCE_SCHEMA
 

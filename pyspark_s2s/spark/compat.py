@@ -7,13 +7,14 @@ classes (Spark's own where it has them, plain stand-ins that Spark never sees wh
 :data:`StreamArrowWriterBase` (Spark's Arrow stream writer from 4.1, its row-based stream writer on
 4.0), :func:`arrow_batches` (the writers' input as Arrow record batches whatever Spark hands them)
 and :func:`spark_arrow_schema` (the Arrow schema Spark derives from a Spark schema), and
-:func:`register` (registering the data source by hand the same way on every line).
+:func:`register_source` (registering a data source by hand the same way on every line).
 
 Each difference is decided once here, from what the installed pyspark provides, so the reader and
 the writers have one class each for every line. What an older line cannot do is logged once by
 :func:`note_once` and tabled in docs/spark.md.
 
-Must not import: the server, the client (this module is about Spark only).
+Must not import: the server, the client (this module is about Spark only), any other module of
+spark/ (they import this one).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ __all__ = [
     "SupportsTriggerAvailableNow",
     "arrow_batches",
     "note_once",
-    "register",
+    "register_source",
     "spark_arrow_schema",
 ]
 
@@ -171,17 +172,14 @@ def note_once(key: str, message: str, level: int = logging.INFO) -> None:
     logger.log(level, "nifi-s2s on pyspark %s: %s", pyspark.__version__, message)
 
 
-def register(spark: Any) -> None:
-    """``spark.dataSource.register(DefaultSource)``, for a package shipped by ``--py-files``
-    (Spark discovers only installed packages), on every line: pyspark 4.0 refuses to register a
+def register_source(spark: Any, source: type[Any]) -> None:
+    """``spark.dataSource.register(source)`` on every line: pyspark 4.0 refuses to register a
     name twice (``DATA_SOURCE_ALREADY_EXISTS``) where the package is also installed on the driver
     and so already discovered, which is then kept; 4.1 and later replace it."""
     from pyspark.errors import AnalysisException
 
-    from pyspark_s2s.spark.datasource import DefaultSource
-
     try:
-        spark.dataSource.register(DefaultSource)
+        spark.dataSource.register(source)
     except AnalysisException as exc:
         if exc.getCondition() != "DATA_SOURCE_ALREADY_EXISTS":
             raise

@@ -2,7 +2,9 @@
 
 Owns: the name, the source schema (in record mode: the user's, checked, or one inferred from
 the port), option validation at query start (every reader/writer is built from
-:meth:`SparkOptions.parse`, so a bad option fails the query before any task runs), and the hand-off to the readers (``spark.source``) and writers (``spark.sink``).
+:meth:`SparkOptions.parse`, so a bad option fails the query before any task runs), the hand-off to
+the readers (``spark.source``) and writers (``spark.sink``), and :func:`register` (registering
+``DefaultSource`` by hand).
 
 Must not import: the server. Readers and writers are imported when asked for, so a driver that
 only reads never imports the writer code and vice versa.
@@ -16,10 +18,11 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
 from pyspark_s2s.errors import ConfigError, S2SError
+from pyspark_s2s.spark.compat import register_source
 from pyspark_s2s.spark.options import SparkOptions
 from pyspark_s2s.spark.schema import SOURCE_SCHEMA
 
-__all__ = ["DefaultSource"]
+__all__ = ["DefaultSource", "register"]
 
 
 class DefaultSource(DataSource):
@@ -91,6 +94,13 @@ class DefaultSource(DataSource):
         from pyspark_s2s.spark.sink import NiFiStreamWriter
 
         return NiFiStreamWriter(self._options(), schema, overwrite)
+
+
+def register(spark: Any) -> None:
+    """``spark.dataSource.register(DefaultSource)``, for a package shipped by ``--py-files``
+    (Spark discovers only installed packages), the same way on every pyspark line
+    (:func:`~pyspark_s2s.spark.compat.register_source`)."""
+    register_source(spark, DefaultSource)
 
 
 class _RefusedStreamReader(DataSourceStreamReader):

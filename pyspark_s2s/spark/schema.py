@@ -43,6 +43,7 @@ from pyspark.sql.types import (
 )
 
 from pyspark_s2s.errors import ConfigError, MalformedRecordSet
+from pyspark_s2s.records import sandbox
 from pyspark_s2s.spark.options import SparkOptions
 
 __all__ = [
@@ -321,11 +322,18 @@ class RecordRows:
         self._alone_left = 0
         self._small_fails = 0
 
-    def output(self, batch: Any, *, peer: str, transaction_id: str, received_at_us: int) -> Iterator[Any]:
-        """The rows of the FlowFiles in one staged batch (``content``, ``attributes``)."""
+    def output(self, batch: Any, *, peer: str, transaction_id: str, received_at_us: int,
+               guard: Any = None, index: int = 0, careful: bool = False) -> Iterator[Any]:
+        """The rows of the FlowFiles in one staged batch (``content``, ``attributes``).
+
+        ``guard`` (a :class:`~pyspark_s2s.spark.crashguard.ParseGuard`, with the batch's ``index``
+        in its round) names the poison FlowFiles, which are malformed without a parse; ``careful``
+        parses one FlowFile at a time, each noted with the guard first (spark/crashguard.py)."""
         pending: list[Any] = []
         size = 0
-        for part in self._parts(batch, peer, transaction_id):
+        parts = self._parts(batch, peer, transaction_id) if guard is None or not (careful or guard.poison) \
+            else self._careful_parts(batch, peer, transaction_id, guard, index, careful)
+        for part in parts:
             pending.append(part)
             size += part.num_rows
             if size >= _COALESCE_ROWS:
@@ -388,6 +396,51 @@ class RecordRows:
         if members:
             yield from self._group(group, members, where)
 
+    def _careful_parts(self, batch: Any, peer: str, transaction_id: str, guard: Any, index: int,
+                       careful: bool) -> Iterator[Any]:
+        """Each FlowFile's rows in order, the poison ones malformed without a parse; with
+        ``careful``, every other one parsed alone, after the guard notes it."""
+        keys = guard.keys(batch, index)
+        if not careful and not any(k in guard.poison for k in keys):
+            yield from self._parts(batch, peer, transaction_id)
+            return
+        import pyarrow as pa
+
+        content, attributes = batch.column(0), batch.column(1)
+
+        def content_of(i: int) -> Any:
+            value = content[i]
+            return value.as_buffer() if value.is_valid else pa.py_buffer(b"")
+
+        where = (attributes, peer, transaction_id, content_of)
+        for i, key in enumerate(keys):
+            self.flow_files += 1
+            reason = guard.poison.get(key)
+            if reason is not None:
+                yield from self._poisoned(i, where, reason, guard)
+                continue
+            if careful:
+                guard.before(index, key)
+                got = list(self._one(i, where, whole=True))
+                guard.before(index)  # parsed: a death from here on is not this FlowFile's
+                yield from got
+            else:
+                yield from self._one(i, where)
+
+    def _poisoned(self, i: int, where: tuple[Any, str, str, Any], reason: str, guard: Any) -> Iterator[Any]:
+        """A poison FlowFile (spark/crashguard.py): malformed under the read's mode, never parsed."""
+        attributes, peer, transaction_id, content_of = where
+        ff_uuid = dict(attributes[i].as_py()).get("uuid")
+        if self.mode == "FAILFAST":
+            raise MalformedRecordSet(
+                f"FlowFile {ff_uuid or '(no uuid)'} is a poison {self.fmt} record set: {reason} (mode=FAILFAST). "
+                "To read past it, restart the query with mode=PERMISSIVE (one row of nulls with its content in "
+                "the corrupt-record column) or mode=DROPMALFORMED (dropped and counted); it stays staged, "
+                f"and {guard.location()} lists it", peer=peer, transaction=transaction_id)
+        self.malformed.append((ff_uuid or "(no uuid)", reason))
+        if self.mode == "PERMISSIVE":
+            yield self._with_meta(self._null_row(), attributes, i, ff_uuid, raw=content_of(i))
+
     def _group(self, group: Any, members: list[tuple[int, bytes]], where: tuple[Any, str, str, Any],
                top: bool = True) -> Iterator[Any]:
         """The rows of the FlowFiles ``members`` ((batch row, content)) held by ``group``, read in
@@ -398,6 +451,9 @@ class RecordRows:
         import pyarrow.compute as pc
 
         try:
+            if sandbox.ABORT_MARKER or sandbox.HANG_MARKER:  # the crash-survival tests' hooks only
+                for _, data in members:
+                    sandbox.crash_hook(data)
             part, counts = group.read()
         except MalformedRecordSet:
             if top:
@@ -441,17 +497,19 @@ class RecordRows:
                 columns.append(part.column(f.name))
         yield pa.RecordBatch.from_arrays(columns, schema=self.arrow)
 
-    def _one(self, i: int, where: tuple[Any, str, str, Any]) -> Iterator[Any]:
-        """The rows of the FlowFile in batch row ``i``, read alone."""
+    def _one(self, i: int, where: tuple[Any, str, str, Any], whole: bool = False) -> Iterator[Any]:
+        """The rows of the FlowFile in batch row ``i``, read alone (``whole``: parsed to the end
+        before any row is handed on, whatever the mode)."""
         from pyspark_s2s.records.read import read_record_set
 
         attributes, peer, transaction_id, content_of = where
         data = content_of(i)
+        sandbox.crash_hook(data)
         attrs = dict(attributes[i].as_py())
         ff_uuid = attrs.get("uuid")
         parsed = read_record_set(data, self.fmt, self.target, self.settings, attributes=attrs)
         try:
-            if self.mode != "FAILFAST":
+            if whole or self.mode != "FAILFAST":
                 # all or nothing: the whole FlowFile is parsed before any of its rows is kept
                 parsed = iter(list(parsed))
             for part in parsed:

@@ -1,26 +1,11 @@
 """The ``nifi-s2s`` source: NiFi output ports into Spark, exactly once with replay.
 
 Owns: :class:`NiFiStreamReader` (driver: plans, idle back-off, ``Trigger.AvailableNow``,
-admission control, clean-up of staged data; executors: :func:`read_partition`),
-:class:`NiFiBatchReader` (``spark.read``) and :class:`NiFiPartition`.
-
-How a partition is read (``read_partition``; docs/spark.md, "Delivery: exactly once"):
-
-1. its manifest in the staging area says ``confirmed`` → replay the staged data;
-2. it says ``pending`` (staged, but the confirm's outcome is unknown) → finish the two-phase
-   commit now (DELETE responseCode=12 with the staged checksum); a 404 soon after staging means
-   the earlier confirm went through; a 404 later than half the TTL is ambiguous and resolved
-   towards a duplicate, never a loss; then replay;
-3. otherwise receive from the planned peer (another one when it is unreachable), write the Arrow
-   batches to a new staged file (fsync + atomic rename), write a ``pending`` manifest, confirm the
-   NiFi transaction, mark the manifest ``confirmed``, and only then yield rows. A confirm the
-   server refused (bad checksum, expired) or that never reached it (connection refused) drops
-   the staged round: NiFi did not commit, so it rolls back and the retry reads the FlowFiles again.
-   While a round's rows are handed to Spark, the next round goes through step 3 on a helper
-   thread (:class:`~pyspark_s2s.spark.ahead.Ahead`): the worker's receive overlaps Spark's take.
-
-A crash before the confirm leaves the NiFi transaction unconfirmed: NiFi rolls it back after its
-TTL and the retry pulls again. A crash after it replays the staged rows.
+admission control, clean-up of staged data), :class:`NiFiBatchReader` (``spark.read``),
+:class:`NiFiPartition` (one Spark task), :func:`infer_record_schema`, and on the executors
+:func:`read_partition`: through the staging area (spark/rounds.py: the exactly-once rounds, their
+rules and their state table), or, for a batch read without ``stagingLocation``, straight from one
+NiFi transaction.
 
 Must not import: the server. Talks to NiFi only through :class:`SiteToSiteClient`.
 """
@@ -43,14 +28,10 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from pyspark_s2s.client import SiteToSiteClient
-from pyspark_s2s.client.client import raises_at_once
 from pyspark_s2s.errors import (
-    ChecksumMismatch,
     ConfigError,
     MalformedRecordSet,
-    PeerUnreachableError,
     S2SError,
-    TransactionNotFoundError,
 )
 from pyspark_s2s.protocol.codes import Direction
 from pyspark_s2s.spark.ahead import Ahead
@@ -63,13 +44,6 @@ from pyspark_s2s.spark.compat import (
     SupportsTriggerAvailableNow,
     note_once,
 )
-from pyspark_s2s.spark.indoubt import (
-    InDoubtFilter,
-    drop_uuids,
-    prune,
-    read_elsewhere,
-    remember,
-)
 from pyspark_s2s.spark.options import SparkOptions
 from pyspark_s2s.spark.planning import (
     INITIAL_OFFSET,
@@ -78,6 +52,15 @@ from pyspark_s2s.spark.planning import (
     partitions_of,
     with_backlog,
 )
+from pyspark_s2s.spark.rounds import (
+    BATCH_BYTES,
+    BATCH_ROWS,
+    Rows,
+    forget_through,
+    open_receive,
+    partition_client,
+    read_staged,
+)
 from pyspark_s2s.spark.schema import (
     FlowFileRows,
     RecordRows,
@@ -85,9 +68,7 @@ from pyspark_s2s.spark.schema import (
     spark_schema_from_arrow,
 )
 from pyspark_s2s.spark.staging import (
-    Resolution,
     RoundManifest,
-    RoundState,
     StagingArea,
     batch_scope,
 )
@@ -95,20 +76,6 @@ from pyspark_s2s.spark.staging import (
 __all__ = ["NiFiBatchReader", "NiFiPartition", "NiFiStreamReader", "infer_record_schema", "read_partition"]
 
 logger = logging.getLogger(__name__)
-
-#: rows / bytes per record batch taken from the client's Arrow receive path (16,384 rows, the
-#: client's default: a few MiB of receive buffer; 65,536-row batches made the read path 1.3-1.4x slower)
-_BATCH_ROWS = 16384
-_BATCH_BYTES = 64 << 20
-#: FlowFiles a round (one NiFi transaction of a partition) asks for when nothing smaller is set:
-#: a partition reads in rounds so that Spark takes in one round's rows while the next is pulled
-ROUND_FLOWFILES = 65536
-#: a partition starts no new round after this long (NiFi's own default batch duration), unless
-#: the client's batchDuration is longer; a partition with a planned backlog (``Trigger.AvailableNow``:
-#: its share of what its node held at the start) reads until it has that instead
-ROUND_WINDOW = 5.0
-#: what turns staged FlowFiles into output batches (one row per FlowFile, or record mode)
-Rows = FlowFileRows | RecordRows
 
 
 @dataclass(frozen=True)
@@ -128,119 +95,9 @@ class NiFiPartition(InputPartition):
 # -- executor side -------------------------------------------------------------------------------
 
 
-def _partition_client(opts: SparkOptions, rows: int = 0, size: int = 0) -> SiteToSiteClient:
-    changes: dict[str, Any] = {}
-    if rows:
-        changes["batch_count"] = rows
-    if size:
-        changes["batch_size"] = size
-    return SiteToSiteClient(opts.client.replace(**changes) if changes else opts.client)
-
-
-def _open(client: SiteToSiteClient, part: NiFiPartition, peer: str | None = None) -> Any:
-    """A receive transaction on ``peer`` (the planned one by default), or on another peer if that
-    one is unreachable."""
-    try:
-        return client.create_transaction(Direction.RECEIVE, peer=peer or part.peer)
-    except S2SError as exc:
-        if raises_at_once(exc):
-            raise
-        logger.warning("partition %s/%d: planned peer %s failed (%s); choosing another peer",
-                       part.scope, part.index, part.peer, exc)
-        return client.create_transaction(Direction.RECEIVE)
-
-
-def _round_limits(opts: SparkOptions, part: NiFiPartition, got_rows: int, got_bytes: int) -> tuple[int, int] | None:
-    """(FlowFiles, bytes) asked of NiFi for the next round (0 bytes = no size limit), or None when
-    the partition's per-trigger share or its planned backlog is used up."""
-    shares = [x for x in (part.max_flow_files, part.backlog) if x]
-    left_rows = min(shares) - got_rows if shares else None
-    left_bytes = part.max_bytes - got_bytes if part.max_bytes else None
-    if (left_rows is not None and left_rows <= 0) or (left_bytes is not None and left_bytes <= 0):
-        return None
-    rows = min(x for x in (left_rows, opts.client.batch_count or None, ROUND_FLOWFILES) if x is not None)
-    sizes = [x for x in (left_bytes, opts.client.batch_size or None) if x is not None]
-    return rows, min(sizes) if sizes else 0
-
-
-def _replay(staging: StagingArea, m: RoundManifest, rows: Rows) -> Iterator[Any]:
-    if not m.flow_files or m.data is None:
-        return
-    # an in-doubt round leaves out what other partitions of its batch read again before it was settled
-    elsewhere = read_elsewhere(staging, m) if m.resolution is Resolution.AMBIGUOUS_KEPT else None
-    for batch in staging.read_data(m.scope, m.data):
-        if elsewhere is not None:
-            batch, _ = drop_uuids(batch, elsewhere)
-        yield from rows.output(batch, peer=m.peer, transaction_id=m.transaction_id, received_at_us=m.received_at_us)
-    rows.end_round(f"nifi-s2s partition {m.partition} of {m.scope} round {m.round} "
-                   f"(peer {m.peer}, transaction {m.transaction_id})")
-
-
-def _resolve_pending(opts: SparkOptions, staging: StagingArea, m: RoundManifest) -> RoundManifest | None:
-    """Finish the two-phase commit of a staged round whose confirm outcome is unknown.
-
-    Returns the confirmed manifest, or None when the server rolled the transaction back (the
-    staged data is then deleted and the round is pulled again).
-    """
-    from pyspark_s2s.client import TransactionHandle
-
-    handle = TransactionHandle(m.transaction_url, m.peer_url, m.port_id, m.ttl, m.flow_files, m.bytes, m.checksum)
-    client = SiteToSiteClient(opts.client)
-    try:
-        client.confirm_receive(handle)
-        resolution = Resolution.CONFIRMED_ON_RETRY
-    except TransactionNotFoundError:
-        assert m.staged_at is not None  # a pending manifest has it (RoundManifest checks)
-        elapsed = time.time() - m.staged_at
-        if elapsed < m.ttl / 2 - 1:
-            # the server cannot have expired it yet: the earlier confirm went through
-            resolution = Resolution.CONFIRM_HAD_SUCCEEDED
-        else:
-            # committed earlier, or expired and rolled back: NiFi cannot tell us which. Keep the
-            # rows (a possible duplicate) rather than drop them (a possible loss).
-            logger.warning(
-                "partition %s/%d: transaction %s is unknown to %s %.0f s after staging (TTL %d s); "
-                "its confirm outcome cannot be known, so the staged FlowFiles are kept (they may "
-                "arrive again if NiFi had rolled the transaction back)",
-                m.scope, m.partition, handle.transaction_id, handle.peer, elapsed, m.ttl)
-            resolution = Resolution.AMBIGUOUS_KEPT
-    except PeerUnreachableError:
-        if _still_listed(client, m.peer):
-            raise  # the node lives but cannot be reached from here: a later retry settles it
-        # the node is gone from the cluster (lost, or restarting): its open transactions do not
-        # survive that, so no retry could get an answer but "not found". Keep the rows (a possible
-        # duplicate, if the node had not committed) rather than wait for a node that may never return.
-        logger.warning(
-            "partition %s/%d: node %s, which holds transaction %s, is no longer in the cluster's peer "
-            "list; its confirm outcome cannot be known, so the staged FlowFiles are kept (they may "
-            "arrive again if the node had not committed)",
-            m.scope, m.partition, m.peer, handle.transaction_id)
-        resolution = Resolution.AMBIGUOUS_KEPT
-    except ChecksumMismatch:
-        staging.delete_round(m)
-        return None
-    finally:
-        client.close()
-    if resolution is Resolution.AMBIGUOUS_KEPT and opts.in_doubt_retention > 0:
-        remember(staging, m)  # before the rows are released: a restart keeps dropping them
-    confirmed = m.confirmed(resolution)
-    staging.write_manifest(confirmed)
-    return confirmed
-
-
-def _still_listed(client: SiteToSiteClient, peer: str) -> bool:
-    """Whether ``peer`` ("host:port") is in a fresh peer list of the cluster (asked of any node
-    that answers); True when no node answers (nothing is known, so nothing is concluded)."""
-    try:
-        statuses = client.peer_statuses(Direction.RECEIVE, refresh=True)
-    except S2SError:
-        return True
-    return any(f"{p.hostname}:{p.port}" == peer for p, _ in statuses)
-
-
 def read_partition(opts: SparkOptions, schema: Any, part: NiFiPartition,
                    staging: StagingArea | None) -> Iterator[Any]:
-    """Rows of one partition as record batches of exactly ``schema`` (see the module doc).
+    """Rows of one partition as record batches of exactly ``schema`` (through the staging area: spark/rounds.py).
 
     ``schema`` is the output's Arrow schema (one row per FlowFile), or the row maker
     (:func:`~pyspark_s2s.spark.schema.make_rows`) that also covers record mode."""
@@ -248,7 +105,7 @@ def read_partition(opts: SparkOptions, schema: Any, part: NiFiPartition,
     where = f"nifi-s2s partition {part.index} of {part.scope} (peer {part.peer}, port {opts.client.port})"
     try:
         if staging is not None:
-            yield from _read_staged(opts, rows, part, staging)
+            yield from read_staged(opts, rows, part, staging)
         else:
             yield from _read_direct(opts, rows, part)
     except S2SError as exc:
@@ -258,9 +115,9 @@ def read_partition(opts: SparkOptions, schema: Any, part: NiFiPartition,
 def _read_direct(opts: SparkOptions, rows: Rows, part: NiFiPartition) -> Iterator[Any]:
     """Batch read without staging: rows are yielded as they arrive, and the transaction is
     confirmed after the last one (canceled if the task stops early or fails)."""
-    client = _partition_client(opts, part.max_flow_files, part.max_bytes)
+    client = partition_client(opts, part.max_flow_files, part.max_bytes)
     try:
-        with _open(client, part) as tx:
+        with open_receive(client, part) as tx:
             received_at = int(time.time() * 1e6)
             # closed before the transaction is (a receive in progress finishes first)
             with contextlib.closing(_received_ahead(tx, f"nifi-s2s-{part.scope}-{part.index}")) as batches:
@@ -282,7 +139,7 @@ def _received_ahead(tx: Any, name: str) -> Generator[Any, None, None]:
     ahead = Ahead(name)
 
     def receive() -> Any:
-        return tx.receive_record_batch(_BATCH_ROWS, _BATCH_BYTES)
+        return tx.receive_record_batch(BATCH_ROWS, BATCH_BYTES)
 
     try:
         ahead.start(receive)
@@ -291,152 +148,6 @@ def _received_ahead(tx: Any, name: str) -> Generator[Any, None, None]:
             yield batch
     finally:
         ahead.outcome()
-
-
-def _read_staged(opts: SparkOptions, rows: Rows, part: NiFiPartition, staging: StagingArea) -> Iterator[Any]:
-    """Replay the partition's staged rounds; unless it is marked done, pull more rounds."""
-    got_rows = got_bytes = 0
-    peer = part.peer
-    staged = staging.rounds(part.scope, part.index)
-    last: RoundManifest | None = None
-    for k, m in enumerate(staged):
-        if m.state is RoundState.PENDING:
-            resolved = _resolve_pending(opts, staging, m)
-            if resolved is None:  # rolled back: pull this round again (no later round exists)
-                break
-            m = resolved
-        logger.info("partition %s/%d round %d: replaying %d staged FlowFiles", part.scope, part.index, k, m.flow_files)
-        got_rows, got_bytes, peer, last = got_rows + m.flow_files, got_bytes + m.bytes, m.peer, m
-        yield from _replay(staging, m, rows)
-    else:
-        if staging.done(part.scope, part.index) is not None or (last is not None and not last.full):
-            return
-    k = 0 if last is None else last.round + 1
-    window = max(ROUND_WINDOW, float(opts.client.batch_duration or 0))
-    started = time.monotonic()
-    clients: dict[tuple[int, int], SiteToSiteClient] = {}
-    in_doubt = InDoubtFilter(staging, opts.in_doubt_retention)
-
-    def pull(round_: int, rows_so_far: int, bytes_so_far: int, peer_: str) -> RoundManifest | None:
-        """Stage and confirm round ``round_``; None (and the partition marked done) at its limits."""
-        limits = _round_limits(opts, part, rows_so_far, bytes_so_far)
-        if limits is None:
-            staging.mark_done(part.scope, part.index, round_)
-            return None
-        client = clients.get(limits)
-        if client is None:
-            client = clients[limits] = _partition_client(opts, *limits)
-        in_doubt.refresh()  # one listing a round: a record written meanwhile counts from the next
-        return _pull_and_stage(client, opts, part, staging, round_, peer_, in_doubt)
-
-    ahead = Ahead(f"nifi-s2s-{part.scope}-{part.index}")
-    try:
-        pulled: RoundManifest | None = pull(k, got_rows, got_bytes, peer)
-        while pulled is not None:
-            m = pulled
-            got_rows, got_bytes, peer = got_rows + m.flow_files, got_bytes + m.bytes, m.peer
-            k += 1
-            final = not m.full or (not part.backlog and time.monotonic() - started >= window)
-            if final:
-                # the rounds are final before the last one is handed to Spark: a replay of this
-                # partition (a retried task, a restarted query) yields exactly these rows
-                staging.mark_done(part.scope, part.index, k)
-                yield from _replay(staging, m, rows)
-                return
-            # the next round is received and staged while Spark takes this one's rows (the worker
-            # would otherwise wait on Spark's socket, then Spark on the worker): its rows are staged
-            # and confirmed before any of them is handed over, as for the first round
-            ahead.start(pull, k, got_rows, got_bytes, peer)
-            yield from _replay(staging, m, rows)
-            pulled = ahead.result()
-    finally:
-        # a round still being pulled finishes (a retry replays it if it was staged); its error,
-        # if any, comes second to why the task ended early
-        error = ahead.outcome()
-        if error is not None:
-            logger.info("partition %s/%d: the round pulled ahead failed too: %s", part.scope, part.index, error)
-        for c in clients.values():
-            c.close()
-
-
-def _pull_and_stage(client: SiteToSiteClient, opts: SparkOptions, part: NiFiPartition, staging: StagingArea,
-                    round_: int, peer: str, in_doubt: InDoubtFilter | None = None) -> RoundManifest:
-    """Receive one round (one NiFi transaction) into the staging area and confirm it; returns its
-    manifest. FlowFiles ``in_doubt`` names are received and confirmed but not staged (the
-    manifest counts what NiFi served)."""
-    from pyspark_s2s.client.arrow import ARROW_SCHEMA
-
-    staged = None
-    started = time.monotonic()
-    dropped_before = in_doubt.dropped if in_doubt is not None else 0
-    try:
-        tx = _open(client, part, peer)
-        with tx:
-            while True:
-                batch = tx.receive_record_batch(_BATCH_ROWS, _BATCH_BYTES)
-                if batch is None:
-                    break
-                if staged is None:
-                    staged = staging.open_data(part.scope, part.index, ARROW_SCHEMA, round_)
-                staged.write(batch if in_doubt is None else in_doubt.apply(batch))
-            received_at = int(time.time() * 1e6)
-
-            def manifest(state: RoundState, data: str | None = None, checksum: int = 0,
-                         staged_at: float | None = None) -> RoundManifest:
-                return RoundManifest(
-                    scope=part.scope, partition=part.index, round=round_, state=state, planned_peer=part.peer,
-                    peer=f"{tx.peer.hostname}:{tx.peer.port}", peer_url=tx.peer_url, port_id=tx.port_id,
-                    transaction_url=tx.transaction_url, transaction_id=tx.transaction_id, ttl=tx.ttl_seconds,
-                    limit_flow_files=int(client.config.batch_count or 0),
-                    limit_bytes=int(client.config.batch_size or 0), flow_files=tx.flow_files, bytes=tx.bytes,
-                    data=data, checksum=checksum, received_at_us=received_at, staged_at=staged_at)
-
-            if staged is None:  # the port had nothing for us: no transaction to confirm
-                tx.confirm()
-                tx.complete()
-                empty = manifest(RoundState.CONFIRMED)
-                staging.write_manifest(empty)
-                return empty
-            staged.commit()
-            other = staging.manifest(part.scope, part.index, round_)
-            if other is not None:
-                # another attempt of this partition (a zombie task) staged this round first: give
-                # our FlowFiles back to NiFi and use theirs
-                tx.cancel("another attempt of this partition already staged this round")
-                staging.fs.delete_file(staging.path(part.scope, staged.name))
-                resolved = _resolve_pending(opts, staging, other) if other.state is RoundState.PENDING else other
-                if resolved is None:
-                    raise S2SError("a concurrent attempt's staged data was rolled back; retry the partition",
-                                   retriable=True)
-                return resolved
-            pending = manifest(RoundState.PENDING, staged.name, tx.checksum, time.time())
-            staging.write_manifest(pending)
-            try:
-                tx.confirm()
-            except S2SError as exc:
-                if exc.http_status is not None or isinstance(exc, PeerUnreachableError):
-                    # the server answered (bad checksum, transaction expired), or the confirm never
-                    # reached it (connection refused): either way NiFi did not commit; it rolls
-                    # back, and the FlowFiles are read again
-                    staging.delete_round(pending)
-                    raise
-                raise exc.with_prefix("the confirm's outcome is unknown; the staged FlowFiles are kept "
-                                      "and the retried task settles the transaction") from None
-            confirmed = pending.confirmed()
-            staging.write_manifest(confirmed)
-            tx.complete()
-            if in_doubt is not None and in_doubt.dropped > dropped_before:
-                logger.warning("partition %s/%d round %d: dropped %d FlowFiles served again from an in-doubt "
-                               "round (transaction %s confirmed, so NiFi lets them go)", part.scope, part.index,
-                               round_, in_doubt.dropped - dropped_before, confirmed.transaction_id)
-            logger.info("partition %s/%d round %d: %d FlowFiles, %d bytes from %s (port %s) in %.2f s",
-                        part.scope, part.index, round_, confirmed.flow_files, confirmed.bytes, confirmed.peer,
-                        opts.client.port, time.monotonic() - started)
-            return confirmed
-    except BaseException:
-        if staged is not None:
-            staged.discard()
-        raise
 
 
 # -- driver side ---------------------------------------------------------------------------------
@@ -728,9 +439,7 @@ class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict[str, Any]) -> None:
         n = int(end["batch"])
         if n >= 0:
-            removed = self._staging.delete_batches_through(n)
-            logger.debug("committed batch %d; removed %d staged batch directories", n, removed)
-            prune(self._staging, self._opts.in_doubt_retention)
+            forget_through(self._staging, n, self._opts.in_doubt_retention)
 
     def stop(self) -> None:
         if self._driver is not None:

@@ -40,7 +40,7 @@ def main() -> None:
         id_column = cfg["id_column"]
     df = reader.load()
 
-    def sink(batch_df, batch_id: int) -> None:  # type: ignore[no-untyped-def]
+    def sink(batch_df, batch_id: int) -> None:
         ids = [r[0] for r in batch_df.select(id_column).collect()]
         tmp = out / f".batch-{batch_id}.tmp"
         tmp.write_text(json.dumps(ids))

@@ -129,7 +129,7 @@ def test_spark_sink_page_examples(spark: Any, tls_cluster: ServerProcess, tmp_pa
         '"ca.pem"': repr(str(srv.ca)),
         "/chk/q1": str(tmp_path / "chk"),
     })
-    assert srv.client_p12_password not in fenced("docs/spark-sink.md", "python", 0)
+    assert srv.client_p12_password and srv.client_p12_password not in fenced("docs/spark-sink.md", "python", 0)
     df = spark.readStream.format("rate").option("rowsPerSecond", 20).load().selectExpr("value AS id")
     scope: dict[str, Any] = {"spark": spark, "df": df}
     exec(compile(code, "docs/spark-sink.md", "exec"), scope)  # noqa: S102 - the page's own example

@@ -34,7 +34,7 @@ import uuid
 from dataclasses import dataclass
 from decimal import Context, Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import avro.datafile
 import avro.io
@@ -375,7 +375,7 @@ def records_of(case: Case, content: bytes, java_avro: Any) -> list[dict[str, Any
     second where there is one (Avro: Python and Java)."""
     if case.fmt == "avro":
         reader = avro.datafile.DataFileReader(io.BytesIO(content), avro.io.DatumReader())
-        records = list(reader)
+        records = cast(list[dict[str, Any]], list(reader))  # avro types the records it reads as object
         _, java = java_avro.read(content)
         for i, (row, rec) in enumerate(zip(case.rows, java, strict=True)):
             for (name, t), v in zip(case.columns, row, strict=True):
@@ -408,11 +408,11 @@ def check_sink_output(case: Case, flowfiles: list[dict[str, Any]], java_avro: An
                     check_csv(t, v, got, f"row {i} {name}")
             continue
         form = {"avro": "avro", "json": "json", "parquet": "arrow"}[case.fmt]
-        for i, rec in enumerate(records_of(case, content, java_avro)):
+        for i, record in enumerate(records_of(case, content, java_avro)):
             row = next(rows)
-            assert list(rec) == names
+            assert list(record) == names
             for (name, t), v in zip(case.columns, row, strict=True):
-                got = rec[avro_name(name)]
+                got = record[avro_name(name)]
                 if case.fmt == "avro" and t[0] in ("timestamp", "ntz") and got is not None:
                     got = got.astimezone(UTC)
                 check(form, t, v, got, f"row {i} {name}")
@@ -607,7 +607,7 @@ def test_avro_decimals_nifi_and_avro_java_refused_before(spark: Any, srv: Server
 
 # -- independent writers -> the source -----------------------------------------------------------
 
-JAVA_SCHEMA = {
+JAVA_SCHEMA: dict[str, Any] = {
     "type": "record", "name": "nifiRecord", "namespace": "org.apache.nifi", "fields": [
         {"name": "id", "type": ["long", "null"]},
         {"name": "dec", "type": [{"type": "bytes", "logicalType": "decimal", "precision": 38, "scale": 9}, "null"]},
@@ -637,7 +637,7 @@ def test_the_source_reads_what_avro_java_writes(spark: Any, srv: ServerProcess, 
     logical type; decimals as bytes and fixed; an enum; a map; codecs null and deflate), read by
     the source value by value."""
     big = "-" + "9" * 29 + "." + "9" * 9
-    records = [
+    records: list[dict[str, Any]] = [
         {"id": 1, "dec": big, "fixed_dec": "-170141183460469231731687303715884105.72", "ts_ms": -1000,
          "ts_us": 1_709_212_455_123_456, "day": "1969-12-31", "uid": "0f8fad5b-d9cb-469f-a165-70867728950e",
          "color": "GREEN", "f": "NaN", "d": "-Infinity", "data": "00ff80", "tags": ["é", ""],

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import avro.datafile
 import avro.io
@@ -89,7 +89,7 @@ def signed(b: bytes) -> list[int]:
 def read_avro(data: bytes) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     reader = avro.datafile.DataFileReader(io.BytesIO(data), avro.io.DatumReader())
     schema = json.loads(reader.meta["avro.schema"])
-    return schema, list(reader)
+    return schema, cast(list[dict[str, Any]], list(reader))  # avro types the records it reads as object
 
 
 # -- every type, every format --------------------------------------------------------------------
@@ -308,7 +308,7 @@ def test_partition_attribute_routes_each_value_to_one_node(spark: Any, cluster: 
      .option("recordFormat", "json").option("partitionColumns", "k").option("recordsPerFlowFile", "50")
      .option("routing", "attribute").option("routingAttribute", "k").mode("append").save())
     nodes_of: dict[str, set[int]] = {}
-    ids = []
+    ids: list[int] = []
     for node in range(3):
         for ff in cluster.admin.flowfiles("in", node=node, drain=True):
             records = json.loads(ff["content"])

@@ -20,10 +20,22 @@ from serverproc import ServerProcess
 from pyspark_s2s.client import SiteToSiteClient, TransactionHandle
 from pyspark_s2s.errors import ConfigError, S2SError, TransactionNotFoundError
 from pyspark_s2s.spark.options import SPARK_OPTIONS, SparkOptions, options_markdown
-from pyspark_s2s.spark.planning import allocate, make_offset, make_plan, partitions_of, with_backlog
+from pyspark_s2s.spark.planning import (
+    allocate,
+    make_offset,
+    make_plan,
+    partitions_of,
+    with_backlog,
+)
 from pyspark_s2s.spark.schema import SOURCE_SCHEMA, arrow_source_schema, uuid_column
 from pyspark_s2s.spark.source import NiFiPartition, NiFiStreamReader, read_partition
-from pyspark_s2s.spark.staging import Resolution, RoundManifest, RoundState, StagingArea, batch_scope
+from pyspark_s2s.spark.staging import (
+    Resolution,
+    RoundManifest,
+    RoundState,
+    StagingArea,
+    batch_scope,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -453,7 +465,8 @@ def test_batch_read_without_staging_cancels_when_the_task_stops_early(srv: Serve
     it = read_partition(opts, arrow_source_schema(), part, None)
     first = next(iter(it))
     assert first.num_rows > 0
-    it.close()  # Spark stops consuming (e.g. a limit): the transaction is canceled
+    # Spark stops consuming (e.g. a limit): the transaction is canceled
+    it.close()  # type: ignore[attr-defined]  # read_partition is a generator
     assert srv.admin.queued("out") == 100
 
 
@@ -464,7 +477,7 @@ def test_batch_read_stopped_while_the_next_batch_is_received_cancels_it(srv: Ser
     opts = SparkOptions.parse({"url": srv.url, "portName": "out"})
     it = read_partition(opts, arrow_source_schema(), NiFiPartition("read-y", 0, _peer(srv), staged=False), None)
     assert next(it).num_rows == 16_384
-    it.close()
+    it.close()  # type: ignore[attr-defined]  # read_partition is a generator
     assert srv.admin.queued("out") == 40_000
     rows = sum(b.num_rows for b in read_partition(opts, arrow_source_schema(),
                                                    NiFiPartition("read-z", 0, _peer(srv), staged=False), None))
@@ -548,9 +561,9 @@ def test_a_broken_spark_layer_never_breaks_sparks_lookup() -> None:
 def _rounds_setup(srv: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, round_size: int,
                   queued: int, batch: int, **part: Any) -> tuple[StagingArea, NiFiPartition]:
     """``queued`` FlowFiles on the port, rounds of ``round_size``, a partition of micro-batch ``batch``."""
-    from pyspark_s2s.spark import source
+    from pyspark_s2s.spark import rounds
 
-    monkeypatch.setattr(source, "ROUND_FLOWFILES", round_size)
+    monkeypatch.setattr(rounds, "ROUND_FLOWFILES", round_size)
     _fill(srv, queued)
     return StagingArea(str(tmp_path)), NiFiPartition(batch_scope(batch), 0, _peer(srv), **part)
 
@@ -575,7 +588,8 @@ def test_a_task_that_dies_between_rounds_loses_and_duplicates_nothing(srv: Serve
     it = read_partition(opts, arrow_source_schema(), part, staging)
     first = next(it)  # round 0 is staged, confirmed and handed to Spark (round 1 is pulled meanwhile) ...
     assert first.num_rows == 30
-    it.close()  # ... and the task dies: the close waits for round 1, which stays staged
+    # ... and the task dies: the close waits for round 1, which stays staged
+    it.close()  # type: ignore[attr-defined]  # read_partition is a generator
     assert staging.done(part.scope, 0) is None
     assert [(m.flow_files, m.state) for m in staging.rounds(part.scope, 0)] == [(30, RoundState.CONFIRMED)] * 2
     assert srv.admin.queued("out") == 10
@@ -654,9 +668,9 @@ def test_a_planned_backlog_keeps_the_rounds_going_past_the_window(srv: ServerPro
     """With the round window used up after the first round, a partition without a backlog stops
     there; one with a backlog (Trigger.AvailableNow's first micro-batch) reads exactly that many,
     in as many rounds as it takes, and a replay yields exactly those rounds."""
-    from pyspark_s2s.spark import source
+    from pyspark_s2s.spark import rounds
 
-    monkeypatch.setattr(source, "ROUND_WINDOW", 0.0)
+    monkeypatch.setattr(rounds, "ROUND_WINDOW", 0.0)
     staging, part = _rounds_setup(srv, tmp_path, monkeypatch, round_size=25, queued=100, batch=15)
     assert len(_read(srv, staging, part)) == 25  # the window closes the partition after one round
     backlogged = NiFiPartition(batch_scope(16), 0, _peer(srv), backlog=60)

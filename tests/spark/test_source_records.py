@@ -110,7 +110,7 @@ def test_every_avro_codec_nifi_offers(spark: Any, srv: ServerProcess) -> None:
 
 
 def test_a_streaming_read_of_record_sets(spark: Any, srv: ServerProcess, tmp_path: Path) -> None:
-    send(srv, [(rs.record_set("parquet"), {}) for _ in range(5)] + [(rs.record_set("parquet", []), {})])
+    send(srv, [*[(rs.record_set("parquet"), {}) for _ in range(5)], (rs.record_set("parquet", []), {})])
     df = (spark.readStream.format("nifi-s2s").option("url", srv.url).option("portName", "out")
           .option("recordFormat", "parquet").option("stagingLocation", str(tmp_path / "staging"))
           .schema(rs.ddl("parquet", fields=rs.streamable("parquet"))).load())
@@ -242,6 +242,7 @@ def test_malformed_flowfiles_are_counted_in_a_warning_per_round(srv: ServerProce
     _, ids = _malformed(srv)
     opts = SparkOptions.parse({"url": srv.url, "portName": "out", "recordFormat": "json", "mode": "DROPMALFORMED"})
     schema = StructType.fromDDL("id BIGINT, name STRING")
+    assert isinstance(schema, StructType)
     peer = srv.url.split("//")[1].split("/")[0]
     part = NiFiPartition(batch_scope(0), 0, peer)
     staging = StagingArea(str(tmp_path / "staging"))
@@ -263,9 +264,10 @@ def _small_record_sets(fmt: str) -> tuple[list[tuple[bytes, dict[str, str]]], di
     """60 small FlowFiles of ``fmt`` (0 to 3 records each, ids by FlowFile), one malformed, and
     for JSON one pretty-printed; with the ids each FlowFile holds, by name."""
     flat = [n for n in rs.FORMAT_FIELDS["avro"] if n != "props"]
-    items, ids = [], {}
+    items: list[tuple[bytes, dict[str, str]]] = []
+    ids: dict[str, list[int]] = {}
     for k in range(60):
-        recs = [{**{n: None for n, _ in rs.FIELDS}, "id": 100 * k + j, "name": f"n{k}-{j}"} for j in range(k % 4)]
+        recs: list[dict[str, Any]] = [{**{n: None for n, _ in rs.FIELDS}, "id": 100 * k + j, "name": f"n{k}-{j}"} for j in range(k % 4)]
         content = rs.avro_ocf(recs, flat) if fmt == "avro" else rs.record_set(fmt, recs)
         if k == 17:
             content = {"json": b'[{"id": "x"}]', "csv": content + b"not,a,row\n", "avro": content[:-20] + bytes(20)}[fmt]
@@ -292,12 +294,13 @@ def test_small_flowfiles_read_together_keep_their_own_rows_uuid_and_attributes(s
                                "includeAttributes": "true"})
     schema = StructType.fromDDL("id BIGINT, name STRING, _corrupt_record STRING, _uuid STRING, "
                                 "_attributes MAP<STRING, STRING>")
+    assert isinstance(schema, StructType)
     peer = srv.url.split("//")[1].split("/")[0]
     part = NiFiPartition(batch_scope(0), 0, peer)
     staging = StagingArea(str(tmp_path / "staging"))
     rows = [r for b in read_partition(opts, make_rows(schema, opts), part, staging) for r in b.to_pylist()]
     # every FlowFile's records, in order, each row with its own FlowFile's uuid and attributes
-    want = []
+    want: list[tuple[Any, ...]] = []
     for name, wanted in ids.items():
         if name == "ff-17":
             want.append((None, None, True, uuids[name], name))
@@ -341,7 +344,7 @@ def test_a_stream_with_many_malformed_flowfiles_keeps_every_row_in_place(spark: 
                                            names=["content", "attributes"])
         for b in rows_maker.output(batch, peer="p", transaction_id="t", received_at_us=0):
             got += [(r["id"], r["_corrupt_record"], r["_uuid"]) for r in b.to_pylist()]
-    want = []
+    want: list[tuple[Any, ...]] = []
     for k in range(3000):
         want += [(None, contents[k].decode(), f"u{k}")] if bad(k) else [(10 * k, None, f"u{k}"), (10 * k + 1, None, f"u{k}")]
     assert got == want

@@ -112,7 +112,7 @@ def test_available_now_ends_while_nifi_keeps_adding(spark: Any, tmp_path: Path) 
     with ServerProcess("--output-port", "out") as srv:
         srv.admin.enqueue("out", _flowfiles("start", 500))
         stop = threading.Event()
-        added = []
+        added: list[str] = []
 
         def inflow() -> None:
             for k in range(400):  # bounded: at most 400 rounds
@@ -182,6 +182,7 @@ def test_a_stopped_port_fails_clearly_and_loses_nothing(spark: Any, tmp_path: Pa
 def test_tls_with_client_certificates(spark: Any, tmp_path: Path) -> None:
     with ServerProcess("--output-port", "out", tls=True) as srv:
         srv.admin.enqueue("out", _flowfiles("t", 40))
+        assert srv.client_p12_password is not None
         df = _reader(spark, srv.url, tmp_path, keystore=str(srv.client_p12),
                      keystorePassword=srv.client_p12_password, truststore=str(srv.ca))
         name, _ = _run_available_now(spark, df, tmp_path)

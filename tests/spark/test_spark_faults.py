@@ -345,7 +345,7 @@ def test_driver_killed_before_and_during_a_batch_mode_commit_nifi_spark_nifi(tmp
     transactions; run 3 runs batch 2 again. Every id exactly once."""
     n, per_trigger, per_tx, done = 1500, 500, 100, 3
     cfg = {"source": "nifi", "mode": "batch", "batch_count": per_tx, "per_trigger": per_trigger}
-    commit = {"method": "DELETE", "path_contains": "input-ports/"}  # the sink's commits (and cancels)
+    commit: dict[str, Any] = {"method": "DELETE", "path_contains": "input-ports/"}  # the sink's commits (and cancels)
     with ServerProcess("--input-port", "in", "--output-port", "out", "--ttl", str(TTL)) as srv:
         pipeline_input(srv, n)
         # batch 0's five commits pass; batch 1's first commit is held longer than the TTL

@@ -30,13 +30,14 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyspark
 import pytest
 from serverproc import ServerProcess
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-PYSPARK_HOME = Path(__import__("pyspark").__file__).resolve().parent
+PYSPARK_HOME = Path(pyspark.__file__).resolve().parent
 
 #: ``spark.pyspark.python``: the venv's interpreter, without the checkout on sys.path when it runs
 #: under a worker (an executor's Python: its cwd is in the worker's work directory), as on a cluster
@@ -132,7 +133,7 @@ def standalone(tmp_path: Path) -> Iterator[tuple[str, Path]]:
             text = (logs / "master.log").read_text(errors="replace")
             if text.count("Registering worker") >= 2:
                 break
-            dead = [p.args[1] for p in procs if p.poll() is not None]
+            dead = [p.args[1] for p in procs if p.poll() is not None]  # type: ignore[index]  # args: a list here
             assert not dead, f"{dead} exited: " + "\n".join(
                 (logs / f).read_text(errors="replace")[-2000:] for f in os.listdir(logs))
             time.sleep(0.5)
