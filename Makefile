@@ -58,11 +58,18 @@ test: check-java browser venv venv-oldest lint
 	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests (exit status 5); that counts as a failure" >&2; fi; \
 	exit $$rc
 
-# ruff over the code (tests/ not yet: its older files predate the pinned ruff's rules) and mypy
-# (strict on the protocol core, setup.cfg); the pinned versions come with the dev extra
+# ruff over the code and the tests; mypy over the package (strict on the protocol core), then bench,
+# faults and tests (setup.cfg [mypy]: unannotated functions' bodies are checked too). tests/ is not a
+# package (pytest puts each of its directories on sys.path), so each directory is a mypy run of its
+# own: their conftest.py files would clash as one module. The pinned versions come with the dev extra.
 lint: venv
-	$(VPY) -m ruff check pyspark_s2s bench faults integration mkdocs_hooks.py
+	$(VPY) -m ruff check pyspark_s2s bench faults integration tests mkdocs_hooks.py
 	$(VPY) -m mypy pyspark_s2s
+	$(VPY) -m mypy bench faults tests/*.py
+	@for d in tests/*/; do \
+		ls $$d*.py >/dev/null 2>&1 || continue; \
+		echo "$(VPY) -m mypy $$d"; $(VPY) -m mypy $$d || exit 1; \
+	done
 
 # the Spark tests on the oldest supported line only
 test-oldest: check-java venv-oldest

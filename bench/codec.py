@@ -60,7 +60,11 @@ def main(argv: list[str] | None = None) -> int:
         rows.append((f"small encode ({tag})", n / secs, size / secs / 2**20))
         enc = PacketStreamEncoder(compress)
         wire = b"".join(enc.packet(SMALL_ATTRS, SMALL_CONTENT) for _ in range(n))
-        secs, count = _best(lambda wire=wire, compress=compress: _decode(wire, compress))
+
+        def decode(wire: bytes = wire, compress: bool = compress) -> int:
+            return _decode(wire, compress)
+
+        secs, count = _best(decode)
         assert count == n
         rows.append((f"small decode ({tag})", n / secs, len(wire) / secs / 2**20))
 

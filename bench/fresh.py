@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.client import S2S, SMALL_ATTRS, SMALL_CONTENT, start_s2s_server
+from bench.client_s2s import S2S, SMALL_ATTRS, SMALL_CONTENT, start_s2s_server
 
 TARGET = 250_000.0
 

@@ -28,7 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.client import MIB, S2S, SMALL_ATTRS, SMALL_CONTENT, start_s2s_server
+from bench.client_report import MIB
+from bench.client_s2s import S2S, SMALL_ATTRS, SMALL_CONTENT, start_s2s_server
 
 SMALL = 100_000
 LARGE = 200

@@ -332,7 +332,7 @@ def library_compare(n: int) -> int:
     except ImportError:
         print("fastavro not installed: not compared")
     try:
-        import orjson
+        import orjson  # type: ignore[import-not-found,unused-ignore]  # optional: compared when installed
 
         cases["orjson dumps (rows as dicts)"] = lambda: orjson.dumps(plain.to_pylist())
     except ImportError:

@@ -8,6 +8,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Self
 
 __all__ = ["ProxyProcess"]
 
@@ -21,7 +22,7 @@ class ProxyProcess:
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def __enter__(self) -> ProxyProcess:
+    def __enter__(self) -> Self:
         port_file = Path(self._tmp.name) / "port"
         args = [sys.executable, "-m", "proxy", "--hostname", "127.0.0.1", "--port", "0",
                 "--port-file", str(port_file), "--num-workers", "2", "--num-acceptors", "1",

@@ -84,7 +84,7 @@ class _Base:
             self._tmp = tempfile.TemporaryDirectory(prefix="s2s-tls-")
             self.tls_dir = Path(self._tmp.name)
         else:
-            self.tls_dir = Path(tls)  # type: ignore[arg-type]
+            self.tls_dir = Path(tls)
         return [*args, "--tls", str(self.tls_dir)]
 
     @property

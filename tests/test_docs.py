@@ -22,11 +22,11 @@ REFERENCE = re.compile(r"protocol\.md\)?`?((?:[ ,/]*(?:and )?§\d+(?:\.\d+)?(?:-
 
 
 def _sections() -> set[str]:
-    return set(re.findall(r"^#{2,3} (\d+(?:\.\d+)?)\.? ", PROTOCOL.read_text(encoding="utf-8"), re.M))
+    return set(re.findall(r"^#{2,3} (\d+(?:\.\d+)?)\.? ", PROTOCOL.read_text(encoding="utf-8"), re.MULTILINE))
 
 
 def _items() -> set[int]:
-    return {int(n) for n in re.findall(r"^(\d+)\. ", PROTOCOL.read_text(encoding="utf-8"), re.M)}
+    return {int(n) for n in re.findall(r"^(\d+)\. ", PROTOCOL.read_text(encoding="utf-8"), re.MULTILINE)}
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -63,7 +63,8 @@ def test_every_section_reference_exists() -> None:
 
 
 def _python_blocks(page: Path) -> list[str]:
-    blocks, current = [], None
+    blocks: list[str] = []
+    current: list[str] | None = None
     for line in page.read_text(encoding="utf-8").splitlines(keepends=True):
         if not line.startswith("```"):
             if current is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import pickle
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -34,7 +35,7 @@ ERROR_CLASSES = sorted(
     key=lambda cls: cls.__name__,
 )
 
-FULL_CONTEXT = {
+FULL_CONTEXT: dict[str, Any] = {
     "option": "batchCount",
     "peer": "http://node-2:8080/nifi-api",
     "port": "from-spark",
@@ -165,7 +166,7 @@ def test_config_error_is_value_error_with_option() -> None:
     assert err.option == "batchCount"
     assert "batchCount" in str(err)
     copy = pickle.loads(pickle.dumps(err))
-    assert isinstance(copy, ValueError) and copy.option == "batchCount"
+    assert isinstance(copy, ValueError) and isinstance(copy, ConfigError) and copy.option == "batchCount"
     with pytest.raises(ValueError):
         raise err
 

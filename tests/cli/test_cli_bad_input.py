@@ -152,7 +152,7 @@ def test_version_flag_after_every_command(command: str) -> None:
 
 def test_wrong_scheme_gets_a_hint(srv: ServerProcess, tls_srv: ServerProcess) -> None:
     plain_as_tls = srv.url.replace("http://", "https://")
-    r = _run("peers", "--url", plain_as_tls, "--truststore", str(tls_srv.tls_dir / "ca.pem"), "--timeout", "5")
+    r = _run("peers", "--url", plain_as_tls, "--truststore", str(tls_srv.ca), "--timeout", "5")
     assert r.status == 1 and "does the URL need http:// instead of https://?" in r.err
     tls_as_plain = tls_srv.url.replace("https://", "http://")
     r = _run("peers", "--url", tls_as_plain, "--timeout", "5")

@@ -16,7 +16,8 @@ import pytest
 from clitesthelp import PORT_ARGS, RunCli
 from serverproc import ServerProcess
 
-from pyspark_s2s.client.commands import Progress, valid_uuid
+from pyspark_s2s.client.cli_progress import Progress
+from pyspark_s2s.client.cli_staging import valid_uuid
 
 
 def _files(tmp_path: Path) -> list[Path]:
@@ -275,13 +276,14 @@ def test_tls_pkcs12_with_password_file_and_pem(tls_srv: ServerProcess, run_cli: 
     assert tls_srv.url.startswith("https://")
     f = tmp_path / "secure.txt"
     f.write_bytes(b"over TLS")
+    assert tls_srv.tls_dir is not None and tls_srv.client_cert is not None
     password_file = tls_srv.tls_dir / "client.p12.password"
     r = run_cli("send", "--url", tls_srv.url, "--port-name", "in", "--keystore", tls_srv.client_p12,
                 "--keystore-password-file", password_file, "--truststore", tls_srv.ca, f)
     assert r.status == 0, r.err
     assert "committed 1 FlowFile " in r.out and "https://" in r.out
     password = tls_srv.client_p12_password
-    assert password not in r.out and password not in r.err
+    assert password and password not in r.out and password not in r.err
     # PEM certificate + key, password-less, receive it back
     cert, key = tls_srv.client_cert
     r = run_cli("receive", "--url", tls_srv.url, "--port-name", "out", "--out", tmp_path / "o",
@@ -298,6 +300,7 @@ def test_tls_password_from_env_and_failures_hide_it(
     tls_srv: ServerProcess, run_cli: RunCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     password = tls_srv.client_p12_password
+    assert password is not None
     monkeypatch.setenv("S2S_TEST_P12_PASSWORD", password)
     r = run_cli("peers", "--url", tls_srv.url, "--keystore", tls_srv.client_p12,
                 "--keystore-password-env", "S2S_TEST_P12_PASSWORD", "--truststore", tls_srv.ca)

@@ -26,7 +26,7 @@ CASES = [
 ]
 
 #: a line in a code block that reports an error: ``s2s <command>: `` not followed by a result
-ERROR_LINE = re.compile(r"^\s*(s2s (?:send|receive|peers|serve): (?!committed|\d+ (?:FlowFile|peer)).*)$", re.M)
+ERROR_LINE = re.compile(r"^\s*(s2s (?:send|receive|peers|serve): (?!committed|\d+ (?:FlowFile|peer)).*)$", re.MULTILINE)
 
 
 def _normalized(text: str) -> str:
@@ -39,7 +39,8 @@ def _produce(run_cli: RunCli, srv: ServerProcess, tmp_path: Path, args: list[str
     argv = [a.format(url=srv.url, file=f) for a in args]
     try:
         r = run_cli(*argv)
-        status, err = r.status, r.err
+        status: int | str | None = r.status
+        err = r.err
     except SystemExit as exc:  # argparse usage errors
         status, err = exc.code, ""
     assert status in (1, 2)

@@ -143,7 +143,7 @@ def test_snapshot_every_without_data_dir_is_refused(run_cli: RunCli) -> None:
 ])
 def test_tcpproxy_bad_rule_is_one_line(rule: str, why: str) -> None:
     r = subprocess.run([sys.executable, "-m", "faults.tcpproxy", "--target", "127.0.0.1:9", "--rule", rule],
-                       cwd=REPO, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+                       cwd=REPO, check=False, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines()[-1] == (
@@ -157,7 +157,7 @@ def test_send_verbose_logs_one_info_line_per_transaction(srv: ServerProcess, tmp
         (tmp_path / name).write_bytes(body)
         files.append(str(tmp_path / name))
     r = subprocess.run([sys.executable, "-m", "pyspark_s2s", "send", "-v", "--url", srv.url, "--port-name", "in",
-                        *files], cwd=REPO, capture_output=True, text=True, timeout=60)
+                        *files], cwd=REPO, check=False, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     info = [line for line in r.stderr.splitlines() if " INFO " in line]
     assert len(info) == 1, r.stderr

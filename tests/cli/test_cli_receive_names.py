@@ -12,7 +12,7 @@ import pytest
 from clitesthelp import RunCli
 from serverproc import ServerProcess
 
-from pyspark_s2s.client.commands import file_name_for
+from pyspark_s2s.client.cli_staging import file_name_for
 
 
 def _receive(run_cli: RunCli, srv: ServerProcess, out: Path, *extra: str) -> str:

@@ -78,14 +78,14 @@ def test_healthy_plain_server_with_raw(run_cli: RunCli, raw_srv: ServerProcess) 
     assert status == 0, "\n".join(lines)
     assert lines == [
         f"OK    url {url}: 127.0.0.1:{port} accepts connections",
-        f"OK    access: GET /site-to-site answers at {url}; plain HTTP: NiFi does not authenticate Site-to-Site "
-        "clients (anonymous)",
+        (f"OK    access: GET /site-to-site answers at {url}; plain HTTP: NiFi does not authenticate Site-to-Site "
+         "clients (anonymous)"),
         f"OK    site-to-site: enabled (not secure); HTTP on {url}; RAW on port {raw_port}",
         "OK    ports: visible: input ports: in (RUNNING); output ports: out (RUNNING), out2 (RUNNING)",
-        "OK    port in: input port (this client sends to it), RUNNING; a handshake over HTTP was accepted (a "
-        "transaction created and canceled at once, no data moved)",
-        "OK    port out: output port (this client receives from it), RUNNING; a handshake over HTTP was accepted "
-        "(a transaction created and canceled at once, no data moved)",
+        ("OK    port in: input port (this client sends to it), RUNNING; a handshake over HTTP was accepted (a "
+         "transaction created and canceled at once, no data moved)"),
+        ("OK    port out: output port (this client receives from it), RUNNING; a handshake over HTTP was accepted "
+         "(a transaction created and canceled at once, no data moved)"),
         f"OK    peers: HTTP: 127.0.0.1:{port} answers (2 FlowFiles queued)",
         f"OK    peers: RAW: 127.0.0.1:{raw_port} answers (2 FlowFiles queued)",
     ]
@@ -107,7 +107,7 @@ def test_healthy_tls_server_names_certificate_and_identity(run_cli: RunCli, tls_
     tls = _line(lines, f"OK    tls {url}: TLSv1.")
     assert "; certificate CN=localhost, OU=pyspark-s2s for localhost, 127.0.0.1, issued by CN=s2s-test-ca, " \
            "OU=pyspark-s2s, valid until " in tls
-    assert tls.endswith(f"; chain trusted through --truststore {tls_raw.tls_dir / 'ca.pem'}; host name 127.0.0.1 "
+    assert tls.endswith(f"; chain trusted through --truststore {tls_raw.ca}; host name 127.0.0.1 "
                         "matches; client certificate CN=s2s-client, OU=pyspark-s2s presented")
     assert _line(lines, "OK    access:") == (
         "OK    access: the server takes this client for 'CN=s2s-client, OU=pyspark-s2s' (GET /flow/current-user) "
@@ -211,7 +211,7 @@ def test_unknown_identity_and_no_identity(run_cli: RunCli, tls_raw: ServerProces
         "it no 'retrieve site-to-site details' policy: add a user named exactly 'CN=s2s-denied, OU=pyspark-s2s' "
         "(after nifi.security.identity.mapping.*) and grant it that policy (Policies in NiFi's global menu)")
     assert lines[-1] == "SKIP  site-to-site, ports, peers: not run: they need the site details (GET /site-to-site)"
-    status, lines = _doctor(run_cli, "--url", tls_raw.url, "--truststore", str(tls_raw.tls_dir / "ca.pem"))
+    status, lines = _doctor(run_cli, "--url", tls_raw.url, "--truststore", str(tls_raw.ca))
     assert status == 1
     assert _line(lines, "FAIL  access") == (
         f"FAIL  access: GET {api} answered 401 Unauthorized ('Unable to view site-to-site details. Contact the "
@@ -296,10 +296,10 @@ def test_advertised_addresses_that_do_not_answer(run_cli: RunCli) -> None:
         p0 = _port(srv.url)
     assert status == 1
     assert [ln for ln in lines if ln.startswith("FAIL")] == [
-        f"FAIL  peers: node 127.0.0.1:{p0} advertises 127.0.0.1:{dead} (HTTP port), which does not answer from here "
-        "(connection refused): behind NAT, in containers or in Kubernetes NiFi must advertise an address clients "
-        f"reach (nifi.remote.input.host, the ports), or set peerAddressMap=127.0.0.1:{dead}=REACHABLE-HOST:PORT "
-        f"(--peer-map 127.0.0.1:{dead}=REACHABLE-HOST:PORT) with an address of that node this machine reaches"]
+        (f"FAIL  peers: node 127.0.0.1:{p0} advertises 127.0.0.1:{dead} (HTTP port), which does not answer from "
+         "here (connection refused): behind NAT, in containers or in Kubernetes NiFi must advertise an address "
+         f"clients reach (nifi.remote.input.host, the ports), or set peerAddressMap=127.0.0.1:{dead}=REACHABLE-HOST:"
+         f"PORT (--peer-map 127.0.0.1:{dead}=REACHABLE-HOST:PORT) with an address of that node this machine reaches")]
     # a standalone node whose HTTP port given out (nifi.web.http.port.forwarding) is not the URL's
     with ServerProcess(*PORT_ARGS, "--advertised-port", str(dead)) as srv:
         status, lines = _doctor(run_cli, "--url", srv.url)
@@ -367,8 +367,8 @@ def test_nothing_listens_at_the_url(run_cli: RunCli) -> None:
     status, lines = _doctor(run_cli, "--url", url, "--spark")
     assert status == 1
     assert lines == [
-        f"FAIL  url {url}: connection refused at 127.0.0.1:{port}: nothing listens there (is NiFi running? is {port} "
-        "its nifi.web.http.port?)",
+        (f"FAIL  url {url}: connection refused at 127.0.0.1:{port}: nothing listens there (is NiFi running? is "
+         f"{port} its nifi.web.http.port?)"),
         "SKIP  site-to-site, ports, peers: not run: no URL passed the checks above",
         "SKIP  spark: not run: no URL answered",
     ]
@@ -432,7 +432,7 @@ def _interpreter_without_the_package(cwd: Path) -> str | None:
             continue
         probe = subprocess.run(
             [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2]); import pyspark_s2s"],
-            cwd=cwd, capture_output=True, text=True, timeout=60, env={"PATH": os.environ.get("PATH", "")},
+            cwd=cwd, check=False, capture_output=True, text=True, timeout=60, env={"PATH": os.environ.get("PATH", "")},
         )
         if probe.returncode != 0 and probe.stdout.strip() == here and "pyspark_s2s" in probe.stderr:
             return candidate
@@ -445,7 +445,7 @@ def _doctor_process(args: list[str], pyspark_python: str, cwd: Path) -> subproce
     env.pop("PYSPARK_DRIVER_PYTHON", None)
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     return subprocess.run([sys.executable, "-m", "pyspark_s2s", "doctor", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=280)
+                          check=False, capture_output=True, text=True, timeout=280)
 
 
 @pytest.mark.spark

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 #: the ports every client test server has (``in`` is routed to ``out``; ``in2``/``out2`` stand alone)
 PORT_ARGS = ("--input-port", "in", "--output-port", "out", "--route", "in=out",
@@ -102,15 +102,14 @@ class Stub:
         if path.startswith("http://"):  # absolute form (we are the proxy)
             path = "/" + path.split("/", 3)[3]
         for (method, prefix), reply in self.routes.items():
-            if method == rec.method and path.startswith(prefix):
-                if best is None or len(prefix) > len(best[0]):
-                    best = (prefix, reply)
+            if method == rec.method and path.startswith(prefix) and (best is None or len(prefix) > len(best[0])):
+                best = (prefix, reply)
         if best is None:
             return Reply(404, b"not found")
         reply = best[1]
         return reply(rec) if callable(reply) else reply
 
-    def __enter__(self) -> Stub:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import pyspark_s2s.client.arrow as arrow_mod
-from pyspark_s2s.client import SiteToSiteClient
+from pyspark_s2s.client import ReceiveTransaction, SiteToSiteClient
 from pyspark_s2s.client.arrow import ARROW_SCHEMA, BatchReader
 from pyspark_s2s.errors import ProtocolError, TransactionStateError
 from pyspark_s2s.protocol.codec import decode_packets, encode_packet
@@ -40,7 +40,7 @@ def rows(batches: list[pa.RecordBatch]) -> list[tuple[dict[str, str], bytes]]:
 
 
 def drain(reader: BatchReader, max_rows: int = 7) -> list[pa.RecordBatch]:
-    batches = []
+    batches: list[pa.RecordBatch] = []
     for _ in range(10_000):
         b = reader.next_batch(max_rows, 1 << 20)
         if b is None:
@@ -77,7 +77,8 @@ shaped_st = st.lists(
 
 @given(shaped_st, st.integers(min_value=1, max_value=97), st.sampled_from([1, 50, 512 << 10]))
 def test_batches_of_same_shape_packets_equal_the_decoder(packets, step, scan_block):
-    test_batches_equal_the_decoder.hypothesis.inner_test(packets, step, False, scan_block)
+    # Hypothesis sets .hypothesis on a @given test; mypy sees the plain function
+    test_batches_equal_the_decoder.hypothesis.inner_test(packets, step, False, scan_block)  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("narrow", [1 << 31, 10])
@@ -126,6 +127,7 @@ def test_receive_record_batches_from_server(srv):
     srv.admin.enqueue("out", [({"uuid": f"u{i}", "filename": f"f{i}"}, b"x" * 100) for i in range(2500)])
     with SiteToSiteClient(url=srv.url, portName="out") as c:
         tx = c.create_transaction("receive")
+        assert isinstance(tx, ReceiveTransaction)
         batches = []
         while (b := tx.receive_record_batch(max_rows=1000)) is not None:
             batches.append(b)
@@ -146,6 +148,7 @@ def test_receive_record_batches_compressed(srv):
     srv.admin.enqueue("out", [({"k": str(i)}, bytes([i % 256]) * (i * 37)) for i in range(300)])
     with SiteToSiteClient(url=srv.url, portName="out", useCompression=True) as c:
         tx = c.create_transaction("receive")
+        assert isinstance(tx, ReceiveTransaction)
         batches = []
         while (b := tx.receive_record_batch(max_rows=128)) is not None:
             batches.append(b)

@@ -11,7 +11,7 @@ import pytest
 from clienthelp import PORT_ARGS
 from serverproc import ServerProcess
 
-from pyspark_s2s.client import SiteToSiteClient
+from pyspark_s2s.client import ReceiveTransaction, SendTransaction, SiteToSiteClient
 from pyspark_s2s.errors import NoPeerAvailableError
 from pyspark_s2s.protocol.codes import Direction
 from pyspark_s2s.protocol.peers import peer_weights
@@ -56,6 +56,7 @@ def test_receive_prefers_busy_nodes_and_drains_all(cluster):  # item 37 (loosely
     with SiteToSiteClient(url=cluster.url, portName="out", batchCount=1) as c:
         for _ in range(12):
             tx = c.create_transaction("receive")
+            assert isinstance(tx, ReceiveTransaction)
             chosen[tx.peer.port] += 1
             list(tx)
             tx.confirm()
@@ -166,9 +167,11 @@ def test_peer_address_mapping(cluster):
         info = c.site_info()
         assert info.active_url == f"http://nifi-0.cluster.invalid:{p0}/nifi-api"
         assert c.send([b"mapped"]).flow_files == 1
-    with SiteToSiteClient(url=f"http://nifi-0.cluster.invalid:{p0}/nifi", portName="in", timeout="2 sec") as c:
-        with pytest.raises(Exception, match="nifi-0.cluster.invalid"):
-            c.site_info()
+    with (
+        SiteToSiteClient(url=f"http://nifi-0.cluster.invalid:{p0}/nifi", portName="in", timeout="2 sec") as c,
+        pytest.raises(Exception, match="nifi-0.cluster.invalid"),
+    ):
+        c.site_info()
 
 
 def test_expired_persistence_file_is_used_until_refresh(cluster, tmp_path: Path):  # item 39
@@ -194,6 +197,7 @@ def test_transaction_on_a_chosen_peer(cluster):
     with SiteToSiteClient(url=cluster.url, portName="out") as c:
         for k, url in enumerate(cluster.urls):
             tx = c.create_transaction("receive", peer=f"127.0.0.1:{_port(url)}")
+            assert isinstance(tx, ReceiveTransaction)
             assert tx.peer.port == _port(url)
             assert [p.attributes["node"] for p in tx] == [str(k)]
             tx.confirm()
@@ -225,6 +229,7 @@ def test_a_slow_peer_refresh_does_not_block_other_threads(srv):
                 break
             time.sleep(0.02)
         tx = c.create_transaction("send")
+        assert isinstance(tx, SendTransaction)
         assert refresher.is_alive()  # the transaction did not wait for the refresh
         tx.send(b"x")
         tx.confirm()

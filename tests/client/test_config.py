@@ -13,9 +13,8 @@ from pyspark_s2s.client import (
     OPTIONS,
     SiteToSiteClient,
     SiteToSiteClientConfig,
-    options_markdown,
+    docgen,
 )
-from pyspark_s2s.client import docgen
 from pyspark_s2s.client.config import doc_drift, parse_duration, parse_size
 from pyspark_s2s.errors import ConfigError
 

@@ -10,9 +10,10 @@ import pytest
 from clienthelp import CLIENT_CONTENT, JAVA_ORDER_ATTRS, PORT_ARGS
 from serverproc import ServerProcess
 
-from pyspark_s2s.client import SiteToSiteClient
+from pyspark_s2s.client import ReceiveTransaction, SendTransaction, SiteToSiteClient
 from pyspark_s2s.errors import (
     HTTPStatusError,
+    S2SError,
     S2STimeoutError,
     TransactionNotFoundError,
     TransactionStateError,
@@ -37,6 +38,7 @@ def test_send_timeout_waiting_for_upload_answer(srv):  # item 13
     srv.admin.fault("delay", method="POST", path_contains="flow-files", seconds=3)
     with SiteToSiteClient(url=srv.url, portName="in", timeout="1 sec") as c:
         tx = c.create_transaction("send")
+        assert isinstance(tx, SendTransaction)
         tx.send(CLIENT_CONTENT, JAVA_ORDER_ATTRS)
         with pytest.raises(S2STimeoutError, match="Timed out") as info:
             tx.confirm()
@@ -50,6 +52,7 @@ def test_send_timeout_after_data_exchange(srv):  # item 14
     srv.admin.fault("stall", method="POST", path_contains="flow-files", after_packets=1, seconds=4)
     with SiteToSiteClient(url=srv.url, portName="in", timeout="1 sec") as c:
         tx = c.create_transaction("send")
+        assert isinstance(tx, SendTransaction)
         with pytest.raises(S2STimeoutError):
             for _ in range(100):
                 tx.send(CLIENT_CONTENT, JAVA_ORDER_ATTRS)
@@ -62,9 +65,8 @@ def test_send_timeout_after_data_exchange(srv):  # item 14
 def test_receive_timeout_at_creation(srv):  # item 18
     srv.admin.enqueue("out", count=1, size=5)
     srv.admin.fault("delay", method="GET", path_contains="flow-files", seconds=3)
-    with SiteToSiteClient(url=srv.url, portName="out", timeout="1 sec") as c:
-        with pytest.raises(S2STimeoutError):
-            c.create_transaction("receive")
+    with SiteToSiteClient(url=srv.url, portName="out", timeout="1 sec") as c, pytest.raises(S2STimeoutError):
+        c.create_transaction("receive")
 
 
 def test_receive_timeout_after_data_exchange(srv):  # item 19
@@ -72,6 +74,7 @@ def test_receive_timeout_after_data_exchange(srv):  # item 19
     srv.admin.fault("stall", method="GET", path_contains="flow-files", after_packets=1, seconds=4)
     with SiteToSiteClient(url=srv.url, portName="out", timeout="1 sec") as c:
         tx = c.create_transaction("receive")
+        assert isinstance(tx, ReceiveTransaction)
         assert tx.receive() is not None
         with pytest.raises(S2STimeoutError):
             tx.receive()
@@ -86,6 +89,7 @@ def test_download_dropped_mid_body(srv):
     srv.admin.fault("drop_mid_body", method="GET", path_contains="flow-files", after_packets=1)
     with SiteToSiteClient(url=srv.url, portName="out") as c:
         tx = c.create_transaction("receive")
+        assert isinstance(tx, ReceiveTransaction)
         with pytest.raises(TransportError) as info:
             while tx.receive() is not None:
                 pass
@@ -97,6 +101,7 @@ def test_upload_dropped_mid_body(srv):
     srv.admin.fault("drop_mid_body", method="POST", path_contains="flow-files", after_bytes=100)
     with SiteToSiteClient(url=srv.url, portName="in") as c:
         tx = c.create_transaction("send")
+        assert isinstance(tx, SendTransaction)
         with pytest.raises(TransportError):
             for _ in range(50):
                 tx.send(b"z" * 1000)
@@ -107,11 +112,12 @@ def test_upload_dropped_mid_body(srv):
 def test_server_error_on_create_penalizes_and_reports(srv):
     srv.admin.fault("fail_next", method="POST", path_contains="transactions", status=500)
     with SiteToSiteClient(url=srv.url, portName="in", penalizationPeriod="100 ms") as c:
-        with pytest.raises(Exception, match="500") as info:
+        with pytest.raises(S2SError, match="500") as info:
             c.create_transaction("send")
         assert info.value.retriable
         time.sleep(0.2)
         tx = c.create_transaction("send")  # penalty over, fault used up
+        assert isinstance(tx, SendTransaction)
         tx.send(b"ok")
         tx.confirm()
         assert tx.complete().flow_files == 1
@@ -121,6 +127,7 @@ def test_server_error_on_create_penalizes_and_reports(srv):
 def test_keepalive_extends_a_slow_send(short):  # item 17 / §6 (send side)
     with SiteToSiteClient(url=short.url, portName="in") as c:
         tx = c.create_transaction("send")
+        assert isinstance(tx, SendTransaction)
         assert tx.ttl_seconds == 2
         tx.send(b"first")
         time.sleep(3.5)
@@ -138,6 +145,7 @@ def test_keepalive_slow_receiver(short):  # item 17
     short.admin.enqueue("out", count=3, size=10)
     with SiteToSiteClient(url=short.url, portName="out") as c:
         tx = c.create_transaction("receive")
+        assert isinstance(tx, ReceiveTransaction)
         packets = []
         for _ in range(4):
             p = tx.receive()
@@ -155,6 +163,7 @@ def test_without_keepalive_server_expires(short):
     """The server really expires idle transactions (so the keep-alive test above means something)."""
     with SiteToSiteClient(url=short.url, portName="in") as c:
         tx = c.create_transaction("send")
+        assert isinstance(tx, SendTransaction)
         tx._keepalive.stop()
         time.sleep(3.5)
         with pytest.raises(TransactionNotFoundError) as info:
@@ -167,6 +176,7 @@ def test_failed_extend_fails_the_transaction(short):  # items 31, 33
     short.admin.fault("fail_next", method="PUT", status=500)
     with SiteToSiteClient(url=short.url, portName="in") as c:
         tx = c.create_transaction("send")
+        assert isinstance(tx, SendTransaction)
         tx.send(b"data")
         deadline = time.monotonic() + 10
         while tx.state is not ClientState.ERROR and time.monotonic() < deadline:
@@ -182,6 +192,7 @@ def test_failed_extend_fails_the_transaction(short):  # items 31, 33
 def test_expired_before_commit(srv):
     with SiteToSiteClient(url=srv.url, portName="in") as c:
         tx = c.create_transaction("send")
+        assert isinstance(tx, SendTransaction)
         tx.send(b"data")
         tx.confirm()
         srv.admin.expire(tx.transaction_id)
@@ -197,6 +208,7 @@ def test_abandoned_transaction_stops_its_keepalive(short):
 
     with SiteToSiteClient(url=short.url, portName="in") as c:
         tx = c.create_transaction("send")
+        assert isinstance(tx, SendTransaction)
         tx.send(b"forgotten")
         name = f"s2s-keepalive-{tx.transaction_id}"
         assert any(t.name == name for t in threading.enumerate())
@@ -216,8 +228,10 @@ def test_refused_connection_is_not_reported_as_a_timeout():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again below: nothing listens there
-    with SiteToSiteClient(url=f"http://127.0.0.1:{port}/nifi", portName="in", timeout="20 sec") as c:
-        with pytest.raises(TransportError) as info:
-            c.create_transaction("send")
+    with (
+        SiteToSiteClient(url=f"http://127.0.0.1:{port}/nifi", portName="in", timeout="20 sec") as c,
+        pytest.raises(TransportError) as info,
+    ):
+        c.create_transaction("send")
     assert not isinstance(info.value, S2STimeoutError)
     assert "refused" in str(info.value).lower() and f"127.0.0.1:{port}" in str(info.value)

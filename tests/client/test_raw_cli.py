@@ -22,7 +22,7 @@ def server() -> Iterator[ServerProcess]:
         yield srv
 
 
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+def run(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
     capsys.readouterr()
     status = cli.main([str(a) for a in args])
     out = capsys.readouterr()

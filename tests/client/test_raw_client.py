@@ -16,8 +16,9 @@ import pytest
 from serverproc import ServerProcess
 
 from pyspark_s2s.client import SiteToSiteClient
+from pyspark_s2s.client.http_receive import ReceiveTransaction
+from pyspark_s2s.client.http_send import SendTransaction
 from pyspark_s2s.client.raw import RawReceiveTransaction, RawSendTransaction
-from pyspark_s2s.client.transaction import ReceiveTransaction, SendTransaction
 from pyspark_s2s.errors import (
     ChecksumMismatch,
     HandshakeError,
@@ -25,6 +26,7 @@ from pyspark_s2s.errors import (
     PortDestinationFullError,
     PortNotRunningError,
     ProtocolError,
+    S2SError,
     TransactionNotFoundError,
     TransactionStateError,
     UnknownPortError,
@@ -236,7 +238,7 @@ def test_stopped_port_is_port_not_running(c2: ServerProcess) -> None:
     with raw_client(c2, "in") as s, pytest.raises(PortNotRunningError) as info:
         s.send([b"x"])
     assert info.value.response_code == ResponseCode.PORT_NOT_IN_VALID_STATE
-    assert "Port not running" in str(info.value) and info.value.peer.startswith("nifi://")
+    assert "Port not running" in str(info.value) and (info.value.peer or "").startswith("nifi://")
     c2.admin.start_port("in")
 
 
@@ -244,10 +246,11 @@ def test_bad_checksum_on_send_rolls_back(c2: ServerProcess) -> None:
     c2.admin.fault("corrupt_checksum", method="RAW", path_contains="SEND_FLOWFILES")
     with raw_client(c2, "in") as s:
         tx = s.create_transaction("send")
+        assert isinstance(tx, SendTransaction)
         tx.send(b"payload", {"filename": "p"})
         with pytest.raises(ChecksumMismatch) as info:
             tx.confirm()
-        assert info.value.response_code == ResponseCode.BAD_CHECKSUM and info.value.peer.startswith("nifi://")
+        assert info.value.response_code == ResponseCode.BAD_CHECKSUM and (info.value.peer or "").startswith("nifi://")
         with pytest.raises(TransactionStateError):
             tx.complete()
         # the next transaction works on a fresh connection
@@ -261,6 +264,7 @@ def test_bad_checksum_on_receive_keeps_the_flowfiles(c2: ServerProcess) -> None:
     with raw_client(c2, "out") as r:
         node0 = next(p for p, _ in r.peer_statuses("receive") if p.flow_file_count == 1)
         rx = r.create_transaction("receive", peer=node0)
+        assert isinstance(rx, ReceiveTransaction)
         assert [p.content for p in rx] == [b"data"]
         with pytest.raises(ChecksumMismatch, match="BadChecksum"):
             rx.confirm()
@@ -270,6 +274,7 @@ def test_bad_checksum_on_receive_keeps_the_flowfiles(c2: ServerProcess) -> None:
 def test_cancel_mid_send_queues_nothing(c2: ServerProcess) -> None:
     with raw_client(c2, "in2") as s:
         tx = s.create_transaction("send")
+        assert isinstance(tx, SendTransaction)
         for i in range(3000):  # more than one 256 KiB write: the server has packets already
             tx.send(bytes(100), {"i": str(i)})
         tx.cancel("changed my mind")
@@ -286,11 +291,13 @@ def test_receive_into_arrow_and_empty_port(c2: ServerProcess) -> None:
     with raw_client(c2, "in") as s, raw_client(c2, "out") as r:
         node = s.peer_statuses("send")[0][0]
         tx = s.create_transaction("send", peer=node)
+        assert isinstance(tx, SendTransaction)
         for i in range(500):
             tx.send(f"row {i}".encode(), {"i": str(i)})
         tx.confirm()
         tx.complete()
         rx = r.create_transaction("receive", peer=node)
+        assert isinstance(rx, ReceiveTransaction)
         rows = 0
         while (batch := rx.receive_record_batch(max_rows=128)) is not None:
             assert batch.num_rows <= 128
@@ -300,6 +307,7 @@ def test_receive_into_arrow_and_empty_port(c2: ServerProcess) -> None:
         assert rows == 500
         # nothing left: NO_MORE_DATA, confirm and complete send nothing
         empty = r.create_transaction("receive", peer=node)
+        assert isinstance(empty, ReceiveTransaction)
         assert empty.receive() is None
         empty.confirm()
         assert empty.complete().flow_files == 0
@@ -308,6 +316,7 @@ def test_receive_into_arrow_and_empty_port(c2: ServerProcess) -> None:
 def test_raw_transactions_cannot_be_detached(c2: ServerProcess) -> None:
     with raw_client(c2, "in") as s:
         tx = s.create_transaction("send")
+        assert isinstance(tx, SendTransaction)
         tx.send(b"x")
         tx.confirm()
         with pytest.raises(TransactionStateError, match="commitMode=batch needs transportProtocol HTTP"):
@@ -315,6 +324,7 @@ def test_raw_transactions_cannot_be_detached(c2: ServerProcess) -> None:
         tx.complete()
         with raw_client(c2, "out") as r:
             rx = r.create_transaction("receive")
+            assert isinstance(rx, ReceiveTransaction)
             list(rx)
             handle = rx.handle()
             with pytest.raises(TransactionNotFoundError):
@@ -339,6 +349,7 @@ def tls_raw() -> Iterator[ServerProcess]:
 
 
 def test_tls_send_receive_with_the_https_key_material(tls_raw: ServerProcess) -> None:
+    assert tls_raw.client_cert is not None
     cert, key = tls_raw.client_cert
     opts = {"keystoreFilename": cert, "keyFilename": key, "truststoreFilename": str(tls_raw.ca)}
     with raw_client(tls_raw, "in", **opts) as s, raw_client(tls_raw, "out", useCompression=True, **opts) as r:
@@ -358,9 +369,10 @@ def test_tls_without_client_certificate_fails_cleanly(tls_raw: ServerProcess) ->
     fails with an error naming the peer, and nothing is queued."""
     import ssl
 
-    from pyspark_s2s.client.raw import RawTransport
+    from pyspark_s2s.client.raw_connection import RawTransport
     from pyspark_s2s.errors import S2SError
 
+    assert tls_raw.client_cert is not None
     cert, key = tls_raw.client_cert
     opts = {"keystoreFilename": cert, "keyFilename": key, "truststoreFilename": str(tls_raw.ca)}
     with raw_client(tls_raw, "in", **opts) as s:
@@ -415,7 +427,7 @@ class _ScriptedPeer:
 
 def _transport() -> Any:
     from pyspark_s2s.client.config import SiteToSiteClientConfig
-    from pyspark_s2s.client.raw import RawTransport
+    from pyspark_s2s.client.raw_connection import RawTransport
     from pyspark_s2s.client.siteinfo import SiteInfo
 
     class Site:
@@ -456,7 +468,8 @@ def test_older_server_version_is_negotiated_down() -> None:
     ([b"\x14", b"XY\x01"], ProtocolError, "expected a response code"),
     ([None], ProtocolError, "closed before a resource negotiation status"),
 ])
-def test_refusals_and_bad_answers_name_the_peer(answers: list[bytes | None], error: type, text: str) -> None:
+def test_refusals_and_bad_answers_name_the_peer(answers: list[bytes | None], error: type[S2SError],
+                                                text: str) -> None:
     peer = _ScriptedPeer(answers)
     try:
         with pytest.raises(error) as info:

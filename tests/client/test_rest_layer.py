@@ -9,7 +9,12 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from clienthelp import CLIENT_CONTENT, JAVA_ORDER_ATTRS, Reply, Stub
 
-from pyspark_s2s.client import SiteToSiteClient, SiteToSiteClientConfig
+from pyspark_s2s.client import (
+    ReceiveTransaction,
+    SendTransaction,
+    SiteToSiteClient,
+    SiteToSiteClientConfig,
+)
 from pyspark_s2s.errors import (
     ConfigError,
     NoPeerAvailableError,
@@ -21,26 +26,32 @@ V = "x-nifi-site-to-site-protocol-version"
 
 
 def test_unknown_cluster_path_404(srv):  # item 1
-    with SiteToSiteClient(url=srv.url.replace("/nifi", "/unknown"), portName="in") as c:
-        with pytest.raises(S2SError) as info:
-            c.create_transaction("send")
+    with (
+        SiteToSiteClient(url=srv.url.replace("/nifi", "/unknown"), portName="in") as c,
+        pytest.raises(S2SError) as info,
+    ):
+        c.create_transaction("send")
     assert info.value.http_status == 404
 
 
 def test_html_with_200_is_not_a_nifi():  # item 2
     with Stub() as stub:
         stub.routes[("GET", "/wrong")] = Reply(200, b"<html><body>hello</body></html>", {"Content-Type": "text/html"})
-        with SiteToSiteClient(url=f"http://127.0.0.1:{stub.port}/wrong", portName="in") as c:
-            with pytest.raises(ProtocolError, match="did not answer JSON"):
-                c.create_transaction("send")
+        with (
+            SiteToSiteClient(url=f"http://127.0.0.1:{stub.port}/wrong", portName="in") as c,
+            pytest.raises(ProtocolError, match="did not answer JSON"),
+        ):
+            c.create_transaction("send")
 
 
 def test_no_available_peer():  # item 3
     with Stub() as stub:
         stub.nifi_site(input_ports={"in": "in-id"}, peers=[])
-        with SiteToSiteClient(url=stub.url, portName="in") as c:
-            with pytest.raises(NoPeerAvailableError, match="no peers known"):
-                c.create_transaction("send")
+        with (
+            SiteToSiteClient(url=stub.url, portName="in") as c,
+            pytest.raises(NoPeerAvailableError, match="no peers known"),
+        ):
+            c.create_transaction("send")
 
 
 def _stub_with_transactions(stub: Stub, server_crc: bytes = b"1071206772") -> None:
@@ -65,6 +76,7 @@ def test_exact_requests_of_a_send():  # items 28, 29
         _stub_with_transactions(stub)
         with SiteToSiteClient(url=stub.url, portName="in", batchCount=5, useCompression=False) as c:
             tx = c.create_transaction("send")
+            assert isinstance(tx, SendTransaction)
             for _ in range(20):
                 tx.send(CLIENT_CONTENT, JAVA_ORDER_ATTRS)
             tx.confirm()
@@ -100,7 +112,9 @@ def test_exact_requests_of_a_receive():  # items 21, 28, 29
             202, body, {"Content-Type": "application/octet-stream"})
         with SiteToSiteClient(url=stub.url, portName="out") as c:
             tx = c.create_transaction("receive")
-            assert tx.receive().content == b"contents on server 1"
+            assert isinstance(tx, ReceiveTransaction)
+            pkt = tx.receive()
+            assert pkt is not None and pkt.content == b"contents on server 1"
             assert tx.receive() is None
             tx.confirm()
             tx.complete()
@@ -117,6 +131,7 @@ def test_download_200_means_no_data_and_202_empty_is_eof():  # item 30
             200, b"HTTP 200 OK", {"Content-Type": "text/plain"})
         with SiteToSiteClient(url=stub.url, portName="out") as c:
             tx = c.create_transaction("receive")
+            assert isinstance(tx, ReceiveTransaction)
             assert tx.receive() is None and not tx.has_data
             tx.confirm()
             assert tx.complete().flow_files == 0
@@ -124,6 +139,7 @@ def test_download_200_means_no_data_and_202_empty_is_eof():  # item 30
         stub.routes[("GET", "/nifi-api/data-transfer/output-ports/out-id/transactions/")] = Reply(202, b"")
         with SiteToSiteClient(url=stub.url, portName="out") as c:
             tx = c.create_transaction("receive")
+            assert isinstance(tx, ReceiveTransaction)
             assert tx.has_data and tx.receive() is None
             tx.confirm()
             assert tx.complete().flow_files == 0
@@ -147,9 +163,11 @@ def test_creation_answer_without_ttl_or_intent_is_a_protocol_error():
         stub.routes[("POST", "/nifi-api/data-transfer/input-ports/in-id/transactions")] = Reply(
             201, b"{}", {"Location": "/data-transfer/input-ports/in-id/transactions/t1",
                          "x-location-uri-intent": "transaction-url", V: "1"})
-        with SiteToSiteClient(url=stub.url, portName="in") as c:
-            with pytest.raises(NoPeerAvailableError, match="transaction-ttl"):
-                c.create_transaction("send")
+        with (
+            SiteToSiteClient(url=stub.url, portName="in") as c,
+            pytest.raises(NoPeerAvailableError, match="transaction-ttl"),
+        ):
+            c.create_transaction("send")
 
 
 def test_relative_location_is_appended_to_the_peer_url():  # §1.4
@@ -184,9 +202,13 @@ def test_site_info_parsing_rules():  # item 34
             info = c.site_info()
             assert info.port_id("in", __import__("pyspark_s2s.protocol.codes", fromlist=["Direction"]).Direction.SEND) == "in-id"
             assert info.secure is False and info.http_port == stub.port and info.active_url == stub.api
-        body = json.loads(stub.routes[("GET", "/nifi-api/site-to-site")].body)
+        reply = stub.routes[("GET", "/nifi-api/site-to-site")]
+        assert isinstance(reply, Reply)
+        body = json.loads(reply.body)
         body["controller"].pop("remoteSiteHttpListeningPort")
         stub.routes[("GET", "/nifi-api/site-to-site")] = Reply(200, json.dumps(body).encode())
-        with SiteToSiteClient(url=stub.url, portName="in") as c:
-            with pytest.raises(NoPeerAvailableError, match="not configured to allow HTTP site-to-site"):
-                c.create_transaction("send")
+        with (
+            SiteToSiteClient(url=stub.url, portName="in") as c,
+            pytest.raises(NoPeerAvailableError, match="not configured to allow HTTP site-to-site"),
+        ):
+            c.create_transaction("send")

@@ -7,7 +7,12 @@ import hashlib
 import io
 import tracemalloc
 
-from pyspark_s2s.client import SiteToSiteClient, StreamedPacket
+from pyspark_s2s.client import (
+    ReceiveTransaction,
+    SendTransaction,
+    SiteToSiteClient,
+    StreamedPacket,
+)
 
 SIZE = 200 << 20
 LIMIT = 48 << 20  # client-side peak allowed while moving 200 MiB
@@ -43,7 +48,8 @@ def test_send_large_stream_bounded_memory(srv):
     try:
         with SiteToSiteClient(url=srv.url, portName="in2") as c:
             tx = c.create_transaction("send")
-            tx.send(src, {"filename": "big.bin"}, length=SIZE)
+            assert isinstance(tx, SendTransaction)
+            tx.send(src, {"filename": "big.bin"}, length=SIZE)  # type: ignore[arg-type]  # RawIOBase, not BinaryIO
             tx.confirm()
             done = tx.complete()
         _, peak = tracemalloc.get_traced_memory()
@@ -63,6 +69,7 @@ def test_receive_large_stream_bounded_memory(srv):
     try:
         with SiteToSiteClient(url=srv.url, portName="out") as c:
             tx = c.create_transaction("receive")
+            assert isinstance(tx, ReceiveTransaction)
             pkt = tx.receive(stream=True)
             assert isinstance(pkt, StreamedPacket) and pkt.length == SIZE
             while True:
@@ -100,7 +107,8 @@ def test_non_seekable_stream_of_unknown_length_is_spooled(srv):
 
     with SiteToSiteClient(url=srv.url, portName="in2") as c:
         tx = c.create_transaction("send")
-        tx.send(Pipe(), {"k": "v"})
+        assert isinstance(tx, SendTransaction)
+        tx.send(Pipe(), {"k": "v"})  # type: ignore[arg-type]  # RawIOBase, not BinaryIO
         tx.send(io.BytesIO(b"seekable"), {"k": "w"})
         tx.confirm()
         assert tx.complete().bytes == (3 << 20) + 8

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from clienthelp import CLIENT_CONTENT, JAVA_ORDER_ATTRS, Stub
 
-from pyspark_s2s.client import SiteToSiteClient
+from pyspark_s2s.client import SendTransaction, SiteToSiteClient
 from pyspark_s2s.errors import (
     ConfigError,
     NoPeerAvailableError,
@@ -55,25 +55,31 @@ def test_wrong_pkcs12_password_names_the_option_not_the_secret(tls_srv):
 
 
 def test_untrusted_server_certificate(tls_srv):
-    with SiteToSiteClient(url=tls_srv.url, portName="in", timeout="5 sec") as c:
-        with pytest.raises(S2SError, match="TLS|certificate"):
-            c.site_info()
+    with (
+        SiteToSiteClient(url=tls_srv.url, portName="in", timeout="5 sec") as c,
+        pytest.raises(S2SError, match="TLS|certificate"),
+    ):
+        c.site_info()
 
 
 def test_access_denied_raises_at_once(tls_srv):  # item 9
     cert, key = tls_srv.denied_cert
-    with SiteToSiteClient(url=tls_srv.url, portName="in", keystoreFilename=cert, keyFilename=key,
-                          truststoreFilename=str(tls_srv.ca)) as c:
-        with pytest.raises(S2SError) as info:
-            c.create_transaction("send")
+    with (
+        SiteToSiteClient(url=tls_srv.url, portName="in", keystoreFilename=cert, keyFilename=key,
+                         truststoreFilename=str(tls_srv.ca)) as c,
+        pytest.raises(S2SError) as info,
+    ):
+        c.create_transaction("send")
     assert info.value.http_status in (401, 403)
     assert not isinstance(info.value, NoPeerAvailableError)
 
 
 def test_no_client_certificate_is_refused(tls_srv):
-    with SiteToSiteClient(url=tls_srv.url, portName="in", truststoreFilename=str(tls_srv.ca)) as c:
-        with pytest.raises(S2SError):
-            c.create_transaction("send")
+    with (
+        SiteToSiteClient(url=tls_srv.url, portName="in", truststoreFilename=str(tls_srv.ca)) as c,
+        pytest.raises(S2SError),
+    ):
+        c.create_transaction("send")
 
 
 # -- proxy -------------------------------------------------------------------------------------
@@ -97,17 +103,21 @@ def test_send_receive_through_auth_proxy(srv, auth_proxy):  # item 7 (proxy auth
 
 
 def test_auth_proxy_without_credentials_fails(srv, auth_proxy):  # item 8
-    with SiteToSiteClient(url=srv.url, portName="in", proxyHost="127.0.0.1", proxyPort=auth_proxy.port) as c:
-        with pytest.raises(TransportError, match="407") as info:
-            c.create_transaction("send")
+    with (
+        SiteToSiteClient(url=srv.url, portName="in", proxyHost="127.0.0.1", proxyPort=auth_proxy.port) as c,
+        pytest.raises(TransportError, match="407") as info,
+    ):
+        c.create_transaction("send")
     assert info.value.http_status == 407
 
 
 def test_auth_proxy_wrong_password_fails_without_echo(srv, auth_proxy):
-    with SiteToSiteClient(url=srv.url, portName="in", proxyHost="127.0.0.1", proxyPort=auth_proxy.port,
-                          proxyUsername="proxyuser", proxyPassword="wrong-pw-123") as c:
-        with pytest.raises(TransportError) as info:
-            c.create_transaction("send")
+    with (
+        SiteToSiteClient(url=srv.url, portName="in", proxyHost="127.0.0.1", proxyPort=auth_proxy.port,
+                         proxyUsername="proxyuser", proxyPassword="wrong-pw-123") as c,
+        pytest.raises(TransportError) as info,
+    ):
+        c.create_transaction("send")
     assert "wrong-pw-123" not in str(info.value)
 
 
@@ -131,6 +141,7 @@ def test_proxy_407_challenge_is_answered_and_remembered():  # item 32
         with SiteToSiteClient(url="http://127.0.0.1:1/nifi", portName="in", proxyHost="127.0.0.1",
                               proxyPort=stub.port, proxyUsername="user", proxyPassword="granted") as c:
             tx = c.create_transaction("send")
+            assert isinstance(tx, SendTransaction)
             tx.send(CLIENT_CONTENT, JAVA_ORDER_ATTRS)
             tx.confirm()
             assert tx.complete().flow_files == 1
@@ -165,10 +176,12 @@ def test_address_mapping_keeps_tls_name_checks(tls_srv):
         assert c.site_info().active_url == f"https://localhost:{port}/nifi-api"
         assert c.send([b"mapped over TLS"]).flow_files == 1
     wrong = f"nifi.example.invalid:{port}=127.0.0.1:{port}"
-    with SiteToSiteClient(url=f"https://nifi.example.invalid:{port}/nifi", portName="in", peerAddressMap=wrong,
-                          timeout="5 sec", **tls_opts(tls_srv)) as c:
-        with pytest.raises(S2SError, match="TLS") as info:
-            c.site_info()
+    with (
+        SiteToSiteClient(url=f"https://nifi.example.invalid:{port}/nifi", portName="in", peerAddressMap=wrong,
+                         timeout="5 sec", **tls_opts(tls_srv)) as c,
+        pytest.raises(S2SError, match="TLS") as info,
+    ):
+        c.site_info()
     assert "nifi.example.invalid" in str(info.value)
 
 
@@ -214,9 +227,11 @@ def test_port_policy_refusal_tries_other_peers_and_is_not_retriable():
                        "--allow", f"in2={CLIENT_DN}", tls=True) as srv:
         port_id = srv.port_id("in")  # not listed to this DN, so named by identifier
         opts = tls_opts(srv)
-        with SiteToSiteClient(url=srv.url, portIdentifier=port_id, **opts) as c:
-            with pytest.raises(NoPeerAvailableError) as info:
-                c.create_transaction("send")
+        with (
+            SiteToSiteClient(url=srv.url, portIdentifier=port_id, **opts) as c,
+            pytest.raises(NoPeerAvailableError) as info,
+        ):
+            c.create_transaction("send")
         assert info.value.retriable is False
         text = str(info.value)
         assert text.count("HTTP 401, response code 240") == 2  # both nodes were tried, once each

@@ -10,7 +10,8 @@ import pytest
 from clienthelp import CLIENT_CONTENT, JAVA_ORDER_ATTRS
 
 from pyspark_s2s.client import DataPacket, SiteToSiteClient, TransactionCompletion
-from pyspark_s2s.client.transaction import ReceiveTransaction, SendTransaction
+from pyspark_s2s.client.http_receive import ReceiveTransaction
+from pyspark_s2s.client.http_send import SendTransaction
 from pyspark_s2s.errors import (
     ChecksumMismatch,
     NoPeerAvailableError,
@@ -61,6 +62,7 @@ def test_send_slow_client(srv):  # item 12: idleExpiration 1 s, packets 50 ms ap
 
     with client(srv, idleExpiration="1 sec") as c:
         tx = c.create_transaction("send")
+        assert isinstance(tx, SendTransaction)
         for _ in range(3):
             tx.send(CLIENT_CONTENT, JAVA_ORDER_ATTRS)
             time.sleep(0.05)
@@ -95,6 +97,7 @@ def test_send_wrong_server_checksum_sends_bad_checksum(srv):  # item 25
     srv.admin.fault("corrupt_checksum", method="POST", path_contains="flow-files")
     with client(srv) as c:
         tx = c.create_transaction("send")
+        assert isinstance(tx, SendTransaction)
         tx.send(b"contents on client 1")
         tx.send(b"contents on client 2")
         with pytest.raises(ChecksumMismatch, match="peer calculated CRC32 Checksum as") as info:
@@ -130,9 +133,11 @@ def test_unknown_port_name(srv):  # item 4
 
 
 def test_unknown_port_identifier_raises_at_once(srv):
-    with SiteToSiteClient(url=srv.url, portIdentifier="00000000-dead-beef-0000-000000000000") as c:
-        with pytest.raises(UnknownPortError) as info:
-            c.create_transaction("send")
+    with (
+        SiteToSiteClient(url=srv.url, portIdentifier="00000000-dead-beef-0000-000000000000") as c,
+        pytest.raises(UnknownPortError) as info,
+    ):
+        c.create_transaction("send")
     assert info.value.http_status == 404 and info.value.response_code == 200
 
 
@@ -149,9 +154,8 @@ def test_stopped_port_raises_port_not_running(srv):
 
 def test_full_queue_tries_next_peer_then_no_peer(srv):
     srv.admin.set_capacity("in2", 0)
-    with client(srv, port="in2") as c:
-        with pytest.raises(NoPeerAvailableError, match="503") as info:
-            c.create_transaction("send")
+    with client(srv, port="in2") as c, pytest.raises(NoPeerAvailableError, match="503") as info:
+        c.create_transaction("send")
     assert info.value.retriable
 
 
@@ -196,6 +200,7 @@ def test_receive_three_packets(srv):  # item 15
 def test_receive_zero(srv):  # item 20
     with client(srv, port="out") as c:
         tx = c.create_transaction("receive")
+        assert isinstance(tx, ReceiveTransaction)
         assert tx.receive() is None and tx.receive() is None
         tx.confirm()
         done = tx.complete()
@@ -236,6 +241,7 @@ def test_receive_bad_checksum_answer(srv):  # item 22
     srv.admin.fault("corrupt_checksum", method="GET", path_contains="flow-files")
     with client(srv, port="out") as c:
         tx = c.create_transaction("receive")
+        assert isinstance(tx, ReceiveTransaction)
         assert tx.receive() is not None and tx.receive() is None
         with pytest.raises(ChecksumMismatch, match="Received a BadChecksum response"):
             tx.confirm()
@@ -249,6 +255,7 @@ def test_receive_confirm_before_end_is_refused(srv):
     srv.admin.enqueue("out", count=3, size=10)
     with client(srv, port="out") as c:
         tx = c.create_transaction("receive")
+        assert isinstance(tx, ReceiveTransaction)
         assert tx.receive() is not None
         with pytest.raises(TransactionStateError, match="not all data"):
             tx.confirm()
@@ -259,16 +266,14 @@ def test_receive_confirm_before_end_is_refused(srv):
 def test_context_manager_cancels_on_error(srv):
     srv.admin.enqueue("out", count=2, size=5)
     with client(srv, port="out") as c:
-        with pytest.raises(RuntimeError, match="boom"):
-            with c.create_transaction("receive") as tx:
-                tx.receive()
-                raise RuntimeError("boom")
+        with pytest.raises(RuntimeError, match="boom"), c.create_transaction("receive") as tx:
+            tx.receive()
+            raise RuntimeError("boom")
         assert tx.state is ClientState.CANCELED
     assert srv.admin.queued("out") == 2
-    with client(srv) as c, pytest.raises(RuntimeError):
-        with c.create_transaction("send") as tx:
-            tx.send(b"abc")
-            raise RuntimeError("boom")
+    with client(srv) as c, pytest.raises(RuntimeError), c.create_transaction("send") as tx:
+        tx.send(b"abc")
+        raise RuntimeError("boom")
     assert srv.admin.queued("out") == 2
 
 
@@ -314,6 +319,7 @@ def test_one_client_shared_by_threads(srv):
 def test_bad_attribute_types_are_refused_cleanly(srv):
     with client(srv) as c:
         tx = c.create_transaction("send")
+        assert isinstance(tx, SendTransaction)
         with pytest.raises(TypeError, match="must be str"):
             tx.send(b"x", {"n": 1})  # type: ignore[dict-item]
         tx.send(b"ok", {"n": "1"})
@@ -327,6 +333,7 @@ def test_detach_then_commit_elsewhere_and_cancel(srv):
 
     with client(srv) as c:
         tx = c.create_transaction("send")
+        assert isinstance(tx, SendTransaction)
         tx.send(b"batch member")
         tx.confirm()
         handle = pickle.loads(pickle.dumps(tx.detach()))
@@ -340,6 +347,7 @@ def test_detach_then_commit_elsewhere_and_cancel(srv):
     assert srv.admin.queued("out") == 1
     with client(srv) as c:
         tx = c.create_transaction("send")
+        assert isinstance(tx, SendTransaction)
         tx.send(b"aborted member")
         tx.confirm()
         handle = tx.detach()
@@ -351,6 +359,7 @@ def test_detach_then_commit_elsewhere_and_cancel(srv):
 def test_close_cancels_open_transactions(srv):
     c = client(srv)
     tx = c.create_transaction("send")
+    assert isinstance(tx, SendTransaction)
     tx.send(b"never committed")
     c.close()
     assert tx.state is ClientState.CANCELED
@@ -369,11 +378,11 @@ def test_unknown_port_name_refreshes_cached_site_info():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with SiteToSiteClient(url=f"http://127.0.0.1:{port}/nifi", portName="late", cacheExpiration="10 mins") as c:
-        with ServerProcess("--port", str(port), "--input-port", "in"):
-            with pytest.raises(UnknownPortError):
-                c.create_transaction("send")  # site info now cached, without "late"
+        with ServerProcess("--port", str(port), "--input-port", "in"), pytest.raises(UnknownPortError):
+            c.create_transaction("send")  # site info now cached, without "late"
         with ServerProcess("--port", str(port), "--input-port", "in", "--input-port", "late") as srv:
             tx = c.create_transaction("send")
+            assert isinstance(tx, SendTransaction)
             tx.send(b"found")
             tx.confirm()
             assert tx.complete().flow_files == 1

@@ -16,7 +16,7 @@ import pytest
 from clienthelp import PORT_ARGS
 
 from pyspark_s2s.client import SiteToSiteClient
-from pyspark_s2s.client.transaction import SendTransaction
+from pyspark_s2s.client.http_send import SendTransaction
 from pyspark_s2s.errors import PeerUnreachableError, TransportError
 from pyspark_s2s.server.process import ServerSubprocess
 
@@ -44,6 +44,7 @@ def test_connection_broken_mid_upload_is_not_unreachable_and_has_no_scheme_hint(
     srv.admin.fault("drop_mid_body", method="POST", path_contains="flow-files", after_bytes=100)
     with SiteToSiteClient(url=srv.url, portName="in", timeout="5 sec") as c:
         tx = c.create_transaction("send")
+        assert isinstance(tx, SendTransaction)
         with pytest.raises(TransportError) as info:
             for _ in range(50):
                 tx.send(b"z" * 1000)

@@ -37,7 +37,8 @@ from wirework import (
 )
 
 from faults.harness import FaultServer, Ledger, flowfile
-from pyspark_s2s.client.transaction import ReceiveTransaction, SendTransaction
+from pyspark_s2s.client.http_receive import ReceiveTransaction
+from pyspark_s2s.client.http_send import SendTransaction
 
 CLIENT: dict[str, Any] = {"timeout": 5, "penalization_period": 0.5, "peer_refresh_interval": 1}
 

@@ -23,7 +23,8 @@ from wirework import (
 )
 
 from faults.harness import FaultServer, Ledger
-from pyspark_s2s.client.transaction import ReceiveTransaction, SendTransaction
+from pyspark_s2s.client.http_receive import ReceiveTransaction
+from pyspark_s2s.client.http_send import SendTransaction
 
 
 def _transferring(srv: FaultServer, direction: str) -> bool:

@@ -29,7 +29,8 @@ from wirework import (
 
 from faults.harness import FaultServer, Ledger, flowfile
 from faults.tcpproxy import TcpProxy
-from pyspark_s2s.client.transaction import ReceiveTransaction, SendTransaction
+from pyspark_s2s.client.http_receive import ReceiveTransaction
+from pyspark_s2s.client.http_send import SendTransaction
 
 TTL = 3
 CLIENT = {"timeout": 5, "penalization_period": 0.5}

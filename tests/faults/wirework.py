@@ -23,7 +23,8 @@ from typing import Any
 
 from faults.harness import FaultServer, Ledger, flowfile, id_of
 from pyspark_s2s.client import SiteToSiteClient
-from pyspark_s2s.client.transaction import ReceiveTransaction, SendTransaction
+from pyspark_s2s.client.http_receive import ReceiveTransaction
+from pyspark_s2s.client.http_send import SendTransaction
 from pyspark_s2s.errors import (
     ChecksumMismatch,
     PeerUnreachableError,

@@ -16,6 +16,7 @@ from pyspark_s2s.protocol.codec import (
     NEED_DATA,
     ContentChunk,
     DataPacket,
+    DecoderEvent,
     PacketDecoder,
     PacketEnd,
     PacketStart,
@@ -220,7 +221,7 @@ def _decode_runs(data: bytes, step: int, spans: bool = False,
     with two offsets per packet, as the server takes them)."""
     dec = PacketDecoder(**limits)
     out: list[tuple[dict[str, str], bytes]] = []
-    events: list[object] = []
+    events: list[DecoderEvent] = []
 
     def pump() -> None:
         while True:
@@ -268,7 +269,7 @@ def test_fuzz_bulk_runs_fail_only_where_events_fail(data: bytes, step: int) -> N
     else:
         expected_error = None
     try:
-        got, crc, _ = _decode_runs(data, step, **limits)
+        got, crc, _ = _decode_runs(data, step, False, **limits)
     except ProtocolError as exc:
         assert str(exc) == expected_error
         return

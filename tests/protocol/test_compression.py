@@ -79,7 +79,7 @@ def test_reader_accepts_eof_in_place_of_end_indicator() -> None:
         (lambda f: f[:12] + b"\x00" * (len(f) - 13) + b"\x00", "does not inflate"),
     ],
 )
-def test_reader_rejects_bad_frames(mutate, message: str) -> None:  # type: ignore[no-untyped-def]
+def test_reader_rejects_bad_frames(mutate, message: str) -> None:
     r = FrameReader()
     r.feed(mutate(frame_packet(encode_packet({}, b"hello hello hello"))))
     with pytest.raises(ProtocolError, match=message):

@@ -135,7 +135,7 @@ def test_peer_address_map() -> None:
     assert amap.map("nifi-0.nifi", 8080) == ("nifi-0.nifi", 8080)  # other port: unmapped
     assert amap.map("other", 1) == ("other", 1)
     assert PeerAddressMap.parse(amap.to_text()) == amap
-    assert list(amap)[0] == (("nifi-0.nifi", 8443), ("127.0.0.1", 18443))
+    assert next(iter(amap)) == (("nifi-0.nifi", 8443), ("127.0.0.1", 18443))
 
 
 @pytest.mark.parametrize("text", [None, "", "  ", " , \n"])

@@ -15,8 +15,9 @@ import json
 import math
 import os
 import struct
+from collections.abc import Iterable
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 import avro.datafile
 import avro.io
@@ -66,7 +67,9 @@ def read_both(table: pa.Table, schema: dict[str, Any] | None = None) -> list[lis
     """The table's rows as both readers read them (asserted equal), each row its field values."""
     schema = schema or avro_schema(table.schema)
     content = wrap(schema, encode_records(table, schema), table.num_rows)
-    apache = [list(r.values()) for r in avro.datafile.DataFileReader(io.BytesIO(content), avro.io.DatumReader())]
+    # avro types the records it reads as object
+    records = cast(Iterable[dict[str, Any]], avro.datafile.DataFileReader(io.BytesIO(content), avro.io.DatumReader()))
+    apache = [list(r.values()) for r in records]
     fast = [list(r.values()) for r in fastavro.reader(io.BytesIO(content))]  # type: ignore[union-attr]
     types = [f.type for f in table.schema]
     got_apache = [[canon_read(v, t) for v, t in zip(row, types, strict=True)] for row in apache]
@@ -275,7 +278,7 @@ def test_nested_shapes_with_nulls_at_every_level() -> None:
         pa.map_(pa.string(), pa.list_(pa.float64())),
         pa.list_(pa.map_(pa.string(), pa.int64())),
     ]
-    rows = [
+    rows: list[list[Any]] = [
         [[{"a": 1, "b": ["x", None, ""]}, None, {"a": None, "b": None}, {"a": 2, "b": []}],
          {"xs": [1, None, 3], "m": {"k": {"a": 5, "b": ["é\x00\n"]}, "n": None}},
          {"": [1.5, None, -0.0], "z": None, "e": []},
@@ -468,7 +471,7 @@ def test_plain_types_and_null_second_unions() -> None:
     assert bytes(encode_records(t, schema)) == b"\x02" + b"\x00\x02x" + b"\x00\x02\x02\x00" + \
         b"\x04" + b"\x02" + b"\x02"
     content = wrap(schema, encode_records(t, schema), 2)
-    assert list(fastavro.reader(io.BytesIO(content))) == [  # type: ignore[union-attr]
+    assert list(fastavro.reader(io.BytesIO(content))) == [
         {"a": 1, "s": "x", "l": [1]}, {"a": 2, "s": None, "l": None}]
 
 
@@ -540,7 +543,7 @@ def test_other_arrow_spellings() -> None:
         {"name": "t_ms", "type": ["null", {"type": "int", "logicalType": "time-millis"}]},
         {"name": "t_us", "type": ["null", {"type": "long", "logicalType": "time-micros"}]}]}
     content = wrap(schema, encode_records(t, schema), 4)
-    got = list(fastavro.reader(io.BytesIO(content)))  # type: ignore[union-attr]
+    got: list[Any] = list(fastavro.reader(io.BytesIO(content)))  # records: dicts
     assert [r["dict"] for r in got] == ["a", None, "bb", "a"]
     assert [r["none"] for r in got] == [None] * 4
     assert [r["u"] for r in got] == [0, 1, 2 ** 31, None]
@@ -557,7 +560,7 @@ def test_named_types_are_referenced_by_name() -> None:
     xt = pa.struct([("x", pa.int64())])
     t = pa.table({"a": pa.array([{"x": 1}], xt), "b": pa.array([None], xt), "c": pa.array([[{"x": 2}]], pa.list_(xt))})
     assert bytes(encode_records(t, schema)) == b"\x02" + b"\x00" + b"\x02\x04\x00"
-    assert list(fastavro.reader(io.BytesIO(wrap(schema, encode_records(t, schema), 1)))) == [  # type: ignore[union-attr]
+    assert list(fastavro.reader(io.BytesIO(wrap(schema, encode_records(t, schema), 1)))) == [
         {"a": {"x": 1}, "b": None, "c": [{"x": 2}]}]
 
 
@@ -661,7 +664,7 @@ def test_avro_java_reads_what_is_written(java_avro: Any) -> None:
     item = pa.struct([("a", pa.int64()), ("b", pa.list_(pa.string()))])
     types = [pa.decimal128(22, 1), pa.decimal128(38, 10), pa.map_(pa.string(), item), pa.list_(pa.float32()),
              pa.timestamp("us", tz="UTC"), pa.date32(), pa.binary()]
-    rows = [
+    rows: list[list[Any]] = [
         [Decimal("5687.5"), Decimal("0E-10"), {"k": {"a": 1, "b": ["x", None]}, "": None}, [1.5, None, -0.0],
          FIRST_US, FIRST_DAY, b"\x00\xff"],
         [Decimal("0.0"), Decimal("-1E-10"), {}, [], LAST_US, LAST_DAY, b""],

@@ -20,7 +20,6 @@ import zlib
 from typing import Any
 
 import cramjam
-import fastavro
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -38,10 +37,10 @@ SYNC = b"0123456789abcdef"
 SMALL = ReadSettings(inflate_allowance=1 << 20)
 
 
-def rows(content: Any, fmt: str, target: pa.Schema = LONG, settings: ReadSettings = ReadSettings(),
+def rows(content: Any, fmt: str, target: pa.Schema = LONG, settings: ReadSettings | None = None,
          **kw: Any) -> list[dict[str, Any]]:
     out = []
-    for batch in read_record_set(content, fmt, target, settings, **kw):
+    for batch in read_record_set(content, fmt, target, settings or ReadSettings(), **kw):
         assert batch.schema.equals(target)
         batch.validate(full=True)
         out += batch.to_pylist()
@@ -242,7 +241,7 @@ try:
 except MalformedRecordSet as exc:
     print("malformed:", exc)
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "malformed: cannot read the Parquet file" in done.stdout, done.stderr[-2000:]
 
 
@@ -372,8 +371,8 @@ print(json.dumps({"grew_mib": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrs
 
 
 def measured(content: bytes, fmt: str) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-c", _MEASURE, fmt], input=content, capture_output=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+    done = subprocess.run([sys.executable, "-c", _MEASURE, fmt], input=content, check=False, capture_output=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert done.returncode == 0, done.stderr[-2000:]
     out: dict[str, Any] = json.loads(done.stdout)
     return out
@@ -424,6 +423,6 @@ try:
 except MalformedRecordSet as exc:
     print("malformed:", exc)
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "malformed: the Parquet footer says the file holds 1 rows" in done.stdout, \
         done.stderr[-2000:]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Any
+from typing import Any, cast
 
 import avro.datafile
 import avro.io
@@ -39,7 +39,8 @@ def small_parts(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def rows_of(fmt: str, data: bytes) -> list[dict[str, Any]]:
     if fmt == "avro":
-        return list(avro.datafile.DataFileReader(io.BytesIO(data), avro.io.DatumReader()))
+        records = list(avro.datafile.DataFileReader(io.BytesIO(data), avro.io.DatumReader()))
+        return cast(list[dict[str, Any]], records)  # avro types the records it reads as object
     if fmt == "json":
         return json.loads(data)
     if fmt == "csv":

@@ -9,7 +9,13 @@ import pytest
 
 from pyspark_s2s.errors import ConfigError
 from pyspark_s2s.records.types import check_field
-from pyspark_s2s.records.typetable import DOC_BEGIN, DOC_END, FORMATS, TYPE_TABLE, type_table_markdown
+from pyspark_s2s.records.typetable import (
+    DOC_BEGIN,
+    DOC_END,
+    FORMATS,
+    TYPE_TABLE,
+    type_table_markdown,
+)
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "records.md"
 

@@ -68,7 +68,7 @@ def mapped() -> Iterator[ServerProcess]:
 
 def test_peer_lists_and_site_details_give_out_the_advertised_names_and_ports(cluster: ServerProcess) -> None:
     http0, http1 = (_port(u) for u in cluster.urls)
-    raw0, raw1 = _raw_ports(cluster)
+    _raw0, raw1 = _raw_ports(cluster)
     assert "s2s: node 0 advertises host nifi-0.nifi.svc.invalid, HTTP port 18080, RAW port 19000" in cluster.lines
     assert [n["advertised"] for n in cluster.admin.nodes()] == [
         {"host": "nifi-0.nifi.svc.invalid", "port": 18080, "rawPort": 19000},
@@ -111,9 +111,11 @@ def test_client_reaches_advertised_names_only_through_peer_address_map(
         assert any(line.split()[:2] == [f"nifi-{k}.nifi.svc.invalid", str(port)] for line in out.splitlines()), out
     # without a mapping no advertised peer can be reached: every attempt names the name that
     # does not resolve
-    with SiteToSiteClient(url=mapped.url, portName="in", transportProtocol=transport, timeout=5) as client:
-        with pytest.raises(NoPeerAvailableError) as failed:
-            client.send([b"unreachable"])
+    with (
+        SiteToSiteClient(url=mapped.url, portName="in", transportProtocol=transport, timeout=5) as client,
+        pytest.raises(NoPeerAvailableError) as failed,
+    ):
+        client.send([b"unreachable"])
     assert "nifi-0.nifi.svc.invalid" in str(failed.value) and "nifi-1.nifi.svc.invalid" in str(failed.value)
     assert mapped.admin.queued("out") == 0
     # with peerAddressMap the same names work: the command line and the library, both ways
@@ -161,9 +163,11 @@ def test_raw_stays_on_when_http_site_to_site_is_off() -> None:
         with SiteToSiteClient(url=srv.url, portName="in", transportProtocol="RAW", timeout=5) as client:
             client.send([b"over RAW"])
         assert srv.admin.queued("out") == 1
-        with SiteToSiteClient(url=srv.url, portName="in", timeout=5) as client:
-            with pytest.raises(Exception, match="not configured to allow HTTP site-to-site"):
-                client.send([b"over HTTP"])
+        with (
+            SiteToSiteClient(url=srv.url, portName="in", timeout=5) as client,
+            pytest.raises(Exception, match="not configured to allow HTTP site-to-site"),
+        ):
+            client.send([b"over HTTP"])
 
 
 def test_current_user_names_the_identity_the_server_took() -> None:

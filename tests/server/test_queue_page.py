@@ -21,7 +21,7 @@ import pytest
 import requests
 from serverproc import ServerProcess, ServerThread
 
-from pyspark_s2s.client import SiteToSiteClient
+from pyspark_s2s.client import SendTransaction, SiteToSiteClient
 from pyspark_s2s.server.page import LISTING_MAX, content_preview, page_url
 from pyspark_s2s.server.tls import CLIENT_DN
 
@@ -139,6 +139,7 @@ def test_the_page_follows_the_queues_and_lists_one_without_taking(
         with SiteToSiteClient(url=srv.url, portName="in") as client:
             # 2. an open transaction: uploaded and checked, not committed yet (HELD, its TTL running)
             tx = client.create_transaction("SEND")
+            assert isinstance(tx, SendTransaction)
             for i in range(3):
                 name = f"held-{i}.txt"
                 tx.send(_SENT[name][0], {"filename": name})
@@ -179,9 +180,12 @@ def test_the_page_follows_the_queues_and_lists_one_without_taking(
                 continue
             before = srv.admin.flowfiles("out", node=k)  # the admin API's listing without drain
             _css(browser, f'#queues td.cell[data-port="out"][data-node="{k}"] button[data-action="list"]').click()
-            rows = _wait(browser, f"the listing of node {k}",
-                         lambda d, k=k: _css(d, "#listing-title").text == f"Queue of port out on node {k}"
-                         and len(found := _all(d, "#listing tbody tr[data-uuid]")) == expected[k] and found)
+
+            def listing_shown(d: Any, k: int = k) -> Any:
+                return (_css(d, "#listing-title").text == f"Queue of port out on node {k}"
+                        and len(found := _all(d, "#listing tbody tr[data-uuid]")) == expected[k] and found)
+
+            rows = _wait(browser, f"the listing of node {k}", listing_shown)
             assert [r.get_attribute("data-uuid") for r in rows] == [ff["attributes"]["uuid"] for ff in before]
             for row, ff in zip(rows, before, strict=True):
                 name = ff["attributes"]["filename"]

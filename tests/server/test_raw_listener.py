@@ -53,8 +53,13 @@ def srv(server: ServerThread) -> Iterator[ServerThread]:
     assert _open_txs(server) == []
 
 
+def _verify(s: ServerThread | ServerProcess) -> str | None:
+    """What requests' ``verify=`` takes: the server's CA file (TLS), or None (plain HTTP)."""
+    return None if s.ca is None else str(s.ca)
+
+
 def raw_port(s: ServerThread | ServerProcess, node: int = 0) -> int:
-    info = requests.get(s.api(node) + "/site-to-site", timeout=10, verify=s.ca, cert=s.client_cert).json()
+    info = requests.get(s.api(node) + "/site-to-site", timeout=10, verify=_verify(s), cert=s.client_cert).json()
     return int(info["controller"]["remoteSiteListeningPort"])
 
 
@@ -468,7 +473,8 @@ def _client_context(srv: ServerProcess, cert: tuple[str, str] | None) -> ssl.SSL
 def test_tls_with_client_certificate_and_port_policy(tls_server: ServerProcess) -> None:
     srv = tls_server
     srv.admin.reset()
-    info = requests.get(srv.api() + "/site-to-site", timeout=10, verify=srv.ca, cert=srv.client_cert).json()["controller"]
+    info = requests.get(srv.api() + "/site-to-site", timeout=10, verify=_verify(srv),
+                        cert=srv.client_cert).json()["controller"]
     assert info["siteToSiteSecure"] is True
     port = int(info["remoteSiteListeningPort"])
     with RawPeer(port, context=_client_context(srv, srv.client_cert)) as peer:
@@ -493,7 +499,7 @@ def test_tls_with_client_certificate_and_port_policy(tls_server: ServerProcess) 
 
 def test_tls_without_client_certificate_fails_the_tls_handshake(tls_server: ServerProcess) -> None:
     srv = tls_server
-    port = int(requests.get(srv.api() + "/site-to-site", timeout=10, verify=srv.ca, cert=srv.client_cert)
+    port = int(requests.get(srv.api() + "/site-to-site", timeout=10, verify=_verify(srv), cert=srv.client_cert)
                .json()["controller"]["remoteSiteListeningPort"])
     # TLS 1.3: the refusal may reach the client only at its first read (an alert, or a close)
     with pytest.raises((ssl.SSLError, OSError, ProtocolError)), RawPeer(port, context=_client_context(srv, None)) as peer:

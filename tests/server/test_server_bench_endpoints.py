@@ -9,11 +9,11 @@ import re
 import requests
 
 
-def _root(srv) -> str:  # type: ignore[no-untyped-def]
+def _root(srv) -> str:
     return srv.url.removesuffix("/nifi")
 
 
-def test_plain_upload_is_kept_and_downloaded_back_byte_for_byte(srv) -> None:  # type: ignore[no-untyped-def]
+def test_plain_upload_is_kept_and_downloaded_back_byte_for_byte(srv) -> None:
     payload = [os.urandom(100_000), b"", os.urandom(3), os.urandom(70_000)]
     up = requests.post(_root(srv) + "/s2s-admin/bench/upload", data=iter(payload),
                        headers={"Content-Type": "application/octet-stream"}, timeout=30)
@@ -27,12 +27,12 @@ def test_plain_upload_is_kept_and_downloaded_back_byte_for_byte(srv) -> None:  #
     assert requests.get(_root(srv) + "/s2s-admin/bench/download", timeout=30).content == b""
 
 
-def test_plain_endpoints_refuse_other_methods(srv) -> None:  # type: ignore[no-untyped-def]
+def test_plain_endpoints_refuse_other_methods(srv) -> None:
     r = requests.put(_root(srv) + "/s2s-admin/bench/upload", data=b"x", timeout=30)
     assert r.status_code == 405 and "not allowed" in r.json()["error"]
 
 
-def test_admin_client_fails_over_a_get_whose_answer_broke_off_but_not_a_post(srv) -> None:  # type: ignore[no-untyped-def]
+def test_admin_client_fails_over_a_get_whose_answer_broke_off_but_not_a_post(srv) -> None:
     # a node being stopped can close a connection mid-answer: a GET is asked of the next node, a
     # POST (which may have been carried out) is not repeated
     import socket

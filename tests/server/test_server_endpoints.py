@@ -347,13 +347,15 @@ def test_a_receive_canceled_while_its_download_streams_gives_each_flowfile_back_
     """A cancel that arrives while the server is still writing the download rolls back what the
     transfer had taken; when the broken download is then rolled back too, only what it took
     afterwards goes back to the queue (each FlowFile taken before the cancel was given back twice)."""
-    from pyspark_s2s.client import SiteToSiteClient
+    from pyspark_s2s.client import ReceiveTransaction, SiteToSiteClient
 
     n = 20_000
     srv.admin.enqueue("out", [({"uuid": f"id-{i}"}, b"x" * 2000) for i in range(n)])  # 40 MB: past any socket buffer
     with SiteToSiteClient(url=srv.url, portName="out", timeout=30) as client:
         tx = client.create_transaction("receive")
-        assert tx.receive_record_batch(100).num_rows == 100  # the server is still writing the rest
+        assert isinstance(tx, ReceiveTransaction)
+        batch = tx.receive_record_batch(100)
+        assert batch is not None and batch.num_rows == 100  # the server is still writing the rest
         tx.cancel("the test stops reading")
     seen = set()
     deadline = time.monotonic() + 3  # the broken download is noticed once the client's socket is closed
@@ -365,6 +367,7 @@ def test_a_receive_canceled_while_its_download_streams_gives_each_flowfile_back_
     with SiteToSiteClient(url=srv.url, portName="out", timeout=30) as client:
         while srv.admin.queued("out"):
             rx = client.create_transaction("receive")
+            assert isinstance(rx, ReceiveTransaction)
             while (b := rx.receive_record_batch()) is not None:
                 got.extend(m["uuid"] for m in (dict(a) for a in b.column(1).to_pylist()))
             rx.confirm()

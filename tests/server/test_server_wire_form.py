@@ -9,7 +9,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from s2shelp import RECEIVE, S2S, decode
 
 from pyspark_s2s.protocol.codec import PacketDecoder, PacketRun, encode_packet
