@@ -14,8 +14,8 @@ from pyspark_s2s.client.config import (
     Option,
     Secret,
     SiteToSiteClientConfig,
-    options_markdown,
 )
+from pyspark_s2s.client.docgen import options_markdown
 from pyspark_s2s.client.http_receive import ReceiveTransaction
 from pyspark_s2s.client.http_send import SendTransaction
 from pyspark_s2s.client.receiving import StreamedPacket

@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from pyspark_s2s.docsection import DocSection
 from pyspark_s2s.errors import ConfigError
 from pyspark_s2s.protocol.urls import PeerAddressMap, parse_cluster_urls
 
@@ -32,10 +31,8 @@ __all__ = [
     "Secret",
     "SiteToSiteClientConfig",
     "bool_option",
-    "doc_drift",
     "duration_option",
     "int_option",
-    "options_markdown",
     "parse_bool",
     "parse_duration",
     "parse_size",
@@ -616,46 +613,3 @@ def _guess_store_type(path: str) -> str:
     if lowered.endswith(".jks"):
         return _parse_store_type("JKS", "keystoreType")
     return "PEM"
-
-
-# -- docs ------------------------------------------------------------------------------------
-
-
-def _default_text(opt: Option) -> str:
-    if opt.default_doc is not None:
-        return opt.default_doc
-    if opt.default is None:
-        return "—"
-    if isinstance(opt.default, bool):
-        return str(opt.default).lower()
-    return str(opt.default)
-
-
-def options_markdown(table: Iterable[Option] = OPTIONS) -> str:
-    """The generated options table of a docs page (``docs/client.md`` for the client's own table;
-    the Spark layer passes its extended table); a test keeps each page current."""
-    lines = [
-        "| option | aliases | type | default | description |",
-        "|---|---|---|---|---|",
-    ]
-    for opt in table:
-        aliases = ", ".join(f"`{a}`" for a in opt.aliases if "_" not in a)
-        doc = opt.doc.replace("|", "\\|")
-        lines.append(f"| `{opt.name}` | {aliases} | {opt.type_doc} | {_default_text(opt)} | {doc} |")
-    return "\n".join(lines) + "\n"
-
-
-#: the generated table sits between these two lines of its page
-DOC_BEGIN, DOC_END = "<!-- options:begin -->\n", "<!-- options:end -->"
-_DOC_SECTION = DocSection(DOC_BEGIN, DOC_END, "options table")
-
-
-def doc_drift(path: str, table: Iterable[Option] = OPTIONS) -> str:
-    """How the options table written in ``path`` differs from the one generated from ``table``:
-    a unified diff (page rows against generated rows), empty when the page is current."""
-    return _DOC_SECTION.drift(path, options_markdown(table))
-
-
-def update_doc(path: str, table: Iterable[Option] = OPTIONS) -> bool:
-    """Rewrite the generated options table between the markers of ``path``; True if changed."""
-    return _DOC_SECTION.rewrite(path, options_markdown(table))

@@ -19,6 +19,11 @@ Decimals are written as Java's ``BigInteger.toByteArray`` writes them (Avro's de
 in Apache Avro Java, which NiFi reads them with): the unscaled value as the fewest big-endian
 two's-complement bytes that hold it, always at least one (0 is ``00``, 128 is ``00 80``).
 
+Why one module of ~740 lines: it is one job, one encoder. Each Avro type's encoding (numbers,
+text, decimals, unions, arrays, maps, records) produces the same row-aligned pieces that the
+packing and joining above consume; split apart, every part would need the others' private piece
+layout, and the encoder would no longer read top to bottom.
+
 Must not import: pyspark, numpy, the server, the client (pyarrow only: numpy is not one of the
 package's dependencies).
 """

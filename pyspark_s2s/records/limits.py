@@ -18,6 +18,9 @@ FlowFile takes is bounded by its size times a small factor plus a fixed amount, 
 a pass over what that memory holds (every check here is linear). What does not pass is
 :class:`~pyspark_s2s.errors.MalformedRecordSet`, naming the format and the claim.
 
+Why one module of ~620 lines: it is one job, the bounds, and a reviewer checking that every claim
+a content can make is capped wants them side by side; each checker is short and self-contained.
+
 Must not import: pyspark, the server, the client.
 """
 

@@ -32,9 +32,9 @@ from pyspark_s2s.client.config import (
 from pyspark_s2s.client.config import bool_option as _bool
 from pyspark_s2s.client.config import duration_option as _dur
 from pyspark_s2s.client.config import int_option as _parse_int
-from pyspark_s2s.client.config import options_markdown as client_options_markdown
 from pyspark_s2s.client.config import str_option as _parse_str
-from pyspark_s2s.client.config import update_doc as client_update_doc
+from pyspark_s2s.client.docgen import options_markdown as client_options_markdown
+from pyspark_s2s.client.docgen import update_doc as client_update_doc
 from pyspark_s2s.errors import ConfigError
 from pyspark_s2s.records import RECORD_FORMATS
 

@@ -15,7 +15,8 @@ from pyspark_s2s.client import (
     SiteToSiteClientConfig,
     docgen,
 )
-from pyspark_s2s.client.config import doc_drift, parse_duration, parse_size
+from pyspark_s2s.client.config import parse_duration, parse_size
+from pyspark_s2s.client.docgen import doc_drift
 from pyspark_s2s.errors import ConfigError
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "client.md"
