@@ -56,6 +56,16 @@ def test_the_seeds_read() -> None:
         assert read >= 2 * len(seeds), (target.name, read, len(seeds))
 
 
+def test_the_seeds_are_the_same_in_every_process() -> None:
+    """A violation's replay command (``--target T --index I``) runs in a new process: the seeds
+    must not depend on the process (Avro writers draw a random sync marker; the seeds fix it)."""
+    code = ("import hashlib; from faults.fuzz.table import RECORD_TARGETS; "
+            "print(hashlib.sha256(b''.join(d for t in RECORD_TARGETS for d in t.seeds())).hexdigest())")
+    digests = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+               for _ in range(2)}
+    assert len(digests) == 1 and len(next(iter(digests)).strip()) == 64, digests
+
+
 # -- what the long runs found --------------------------------------------------------------------------
 
 
