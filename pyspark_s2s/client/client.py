@@ -20,7 +20,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Literal, Self, overload
 
 from pyspark_s2s.client.config import SiteToSiteClientConfig
 from pyspark_s2s.client.http import HttpTransport
@@ -212,6 +212,18 @@ class SiteToSiteClient:
             if known.key == (host, int(port_text)):
                 return known
         return PeerStatus(host, int(port_text), self.config.secure, 0, True)
+
+    @overload
+    def create_transaction(self, direction: Literal[Direction.SEND], *, peer: PeerStatus | str | None = None
+                           ) -> SendTransaction: ...
+
+    @overload
+    def create_transaction(self, direction: Literal[Direction.RECEIVE], *, peer: PeerStatus | str | None = None
+                           ) -> ReceiveTransaction: ...
+
+    @overload
+    def create_transaction(self, direction: Direction | str, *, peer: PeerStatus | str | None = None
+                           ) -> SendTransaction | ReceiveTransaction: ...
 
     def create_transaction(self, direction: Direction | str, *, peer: PeerStatus | str | None = None
                            ) -> SendTransaction | ReceiveTransaction:
