@@ -22,7 +22,9 @@ five columns (long, ~10-character string, double, boolean, timestamp) packed
 ``--records-per-flowfile`` to a FlowFile in each format as NiFi's writers write them, read with
 ``recordFormat`` into the ``noop`` sink, next to the one-row-per-FlowFile mode reading as many
 FlowFiles as there are rows, and the path's ceiling: a Python streaming source that only yields the
-same Arrow batches. ``--memory`` reads one ~200 MB Parquet record FlowFile in a fresh process and
+same Arrow batches. With ``--files`` also ``recordDelivery=files`` (the files read by Spark's own
+reader in ``foreachBatch``) and Spark's own streaming file source on the same content written as
+files (Avro left out: Spark reads it only with the spark-avro package). ``--memory`` reads one ~200 MB Parquet record FlowFile in a fresh process and
 reports its peak memory against the FlowFile's size.
 """
 
@@ -118,6 +120,10 @@ def progress_split(progress: list[Any]) -> str:
 
 RECORD_DDL = "id BIGINT, name STRING, score DOUBLE, ok BOOLEAN, ts TIMESTAMP"
 FORMATS = ("parquet", "avro", "json", "csv")
+#: the same columns as Spark's own readers take NiFi's JSON and CSV: timestamps are epoch
+#: milliseconds there, which Spark's readers read as numbers (timestamp_millis() makes them timestamps)
+FILE_DDL = {"parquet": RECORD_DDL, "json": RECORD_DDL.replace("ts TIMESTAMP", "ts BIGINT"),
+            "csv": RECORD_DDL.replace("ts TIMESTAMP", "ts BIGINT")}
 #: rows per batch the one-row-per-FlowFile ceiling yields: what a round of the source hands Spark
 ROUND_ROWS = 65536
 #: rows per batch the ceiling yields: what record mode hands Spark (RecordRows gathers the records of
@@ -317,6 +323,62 @@ def ceiling(spark: Any, rows: int, per_batch: int, work: Path, mode: str = "reco
     return rows / secs, rows / (batch_ms / 1000)
 
 
+def spark_read_files(spark: Any, url: str, fmt: str, rows: int, flowfiles: int, work: Path) -> tuple[float, float]:
+    """``recordDelivery=files``: the source writes each FlowFile as a file and Spark's own reader
+    reads them in ``foreachBatch`` (every column into ``noop``): (end-to-end rows/s, micro-batch
+    rows/s). ``rows`` is what the FlowFiles hold; the query must see ``flowfiles`` of them."""
+    from pyspark_s2s.spark import read_record_files
+
+    shutil.rmtree(work, ignore_errors=True)
+
+    def each(df: Any, batch_id: int) -> None:
+        records = read_record_files(spark, df, fmt, schema=FILE_DDL[fmt])
+        records.write.format("noop").mode("overwrite").save()  # every column decoded (count() would not)
+
+    df = (spark.readStream.format("nifi-s2s").option("url", url).option("portName", OUT_PORT)
+          .option("stagingLocation", str(work / "staging")).option("recordFormat", fmt)
+          .option("recordDelivery", "files").option("timeout", "120 sec").load())
+    t0 = time.perf_counter()
+    q = (df.writeStream.foreachBatch(each).option("checkpointLocation", str(work / "chk"))
+         .trigger(availableNow=True).start())
+    if not q.awaitTermination(600):
+        q.stop()
+        raise RuntimeError("the Spark query did not finish within 600 s")
+    secs = time.perf_counter() - t0
+    got = sum(p["numInputRows"] for p in q.recentProgress)
+    if got != flowfiles:
+        raise RuntimeError(f"spark read {got} of {flowfiles} FlowFiles ({fmt}, files)")
+    batch_ms = sum(p["durationMs"].get("addBatch", 0) for p in q.recentProgress if p["numInputRows"])
+    return rows / secs, rows / (batch_ms / 1000)
+
+
+def spark_own_files(spark: Any, fmt: str, content: bytes, count: int, rows: int, work: Path) -> tuple[float, float]:
+    """Spark's own streaming file source on the same content as ``count`` files (what Spark does
+    without NiFi): (end-to-end rows/s, micro-batch rows/s), AvailableNow into ``noop``."""
+    from pyspark_s2s.spark.files import NIFI_FORM_OPTIONS
+
+    shutil.rmtree(work, ignore_errors=True)
+    data = work / "data"
+    data.mkdir(parents=True)
+    for i in range(count):
+        (data / f"part-{i:05d}.{fmt}").write_bytes(content)
+    reader = spark.readStream.format(fmt).schema(FILE_DDL[fmt])
+    for k, v in NIFI_FORM_OPTIONS[fmt].items():
+        reader = reader.option(k, v)
+    t0 = time.perf_counter()
+    q = (reader.load(str(data)).writeStream.format("noop").option("checkpointLocation", str(work / "chk"))
+         .trigger(availableNow=True).start())
+    if not q.awaitTermination(600):
+        q.stop()
+        raise RuntimeError("the Spark query did not finish within 600 s")
+    secs = time.perf_counter() - t0
+    got = sum(p["numInputRows"] for p in q.recentProgress)
+    if got != rows:
+        raise RuntimeError(f"spark's own {fmt} reader read {got} of {rows} rows")
+    batch_ms = sum(p["durationMs"].get("addBatch", 0) for p in q.recentProgress if p["numInputRows"])
+    return rows / secs, rows / (batch_ms / 1000)
+
+
 def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -333,7 +395,10 @@ def records_main(args: argparse.Namespace) -> int:
     rows = count * per_ff
     contents = {fmt: record_content(fmt, per_ff) for fmt in args.formats}
     attrs = {"mime.type": "application/octet-stream", "record.count": str(per_ff)}
-    results: dict[str, list[tuple[float, float]]] = {k: [] for k in ("ceiling", "per-row", *args.formats)}
+    file_formats = [f for f in args.formats if f != "avro"] if args.files else []  # Avro: spark-avro is not in pyspark
+    results: dict[str, list[tuple[float, float]]] = {k: [] for k in (
+        "ceiling", "per-row", *args.formats, *(f"{f}:files" for f in file_formats),
+        *(f"{f}:spark" for f in file_formats))}
     loads: list[str] = []
     try:
         with ServerSubprocess(["--ttl", "120", "--input-port", IN_PORT, "--output-port", OUT_PORT,
@@ -342,6 +407,10 @@ def records_main(args: argparse.Namespace) -> int:
             for fmt in args.formats:  # warm-up: imports, Python workers, caches
                 fill_content(url, contents[fmt], 2, attrs)
                 spark_read_records(spark, url, fmt, 2 * per_ff, work / f"warm-{fmt}")
+            for fmt in file_formats:
+                fill_content(url, contents[fmt], 2, attrs)
+                spark_read_files(spark, url, fmt, 2 * per_ff, 2, work / f"warm-files-{fmt}")
+                spark_own_files(spark, fmt, contents[fmt], 2, 2 * per_ff, work / f"warm-spark-{fmt}")
             fill(url, 2000)
             spark_read(spark, url, 2000, 1, work / "warm")
             ceiling(spark, per_ff, CEILING_BATCH, work / "warm-ceiling")
@@ -353,6 +422,12 @@ def records_main(args: argparse.Namespace) -> int:
                 for fmt in args.formats:
                     fill_content(url, contents[fmt], count, attrs)
                     results[fmt].append(spark_read_records(spark, url, fmt, rows, work / f"{fmt}{r}"))
+                for fmt in file_formats:
+                    fill_content(url, contents[fmt], count, attrs)
+                    results[f"{fmt}:files"].append(spark_read_files(spark, url, fmt, rows, count,
+                                                                      work / f"f{fmt}{r}"))
+                    results[f"{fmt}:spark"].append(spark_own_files(spark, fmt, contents[fmt], count, rows,
+                                                                   work / f"s{fmt}{r}"))
                 loads.append(load_average())
                 print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1][1]:,.0f}" for k, v in results.items())
                       + f" rows/s in micro-batches (load average {loads[-1]})", flush=True)
@@ -363,6 +438,9 @@ def records_main(args: argparse.Namespace) -> int:
     print(f"\nrecord mode, {rows:,} rows of 5 columns per run ({count} FlowFiles of {per_ff:,} records), "
           f"per-row mode {args.per_row_flowfiles:,} one-row FlowFiles; medians of {args.rounds}; "
           f"load averages {' | '.join(loads)}")
+    if file_formats:
+        print("  (fmt:files = recordDelivery=files, the files read by Spark's reader in foreachBatch; fmt:spark = "
+              "Spark's own streaming file source on the same content as files)")
     print(f"  {'':10} {'micro-batches':>14} {'x per-row':>9} {'/ ceiling':>9}   {'start..end':>12} {'x per-row':>9}")
     for k, (e2e, mb) in med.items():
         print(f"  {k:10} {mb:>14,.0f} {mb / med['per-row'][1]:>9.1f} {mb / med['ceiling'][1]:>9.2f}   "
@@ -551,6 +629,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-row-flowfiles", type=int, default=200_000,
                     help="record mode: one-row FlowFiles the per-row baseline reads per run")
     ap.add_argument("--formats", nargs="+", default=list(FORMATS), choices=FORMATS)
+    ap.add_argument("--files", action="store_true",
+                    help="record mode: also recordDelivery=files (Spark's readers in foreachBatch) and Spark's own "
+                         "file source on the same content")
     ap.add_argument("--memory", action="store_true", help="peak memory reading one ~200 MB Parquet FlowFile")
     ap.add_argument("--memory-rows", type=int, default=5_000_000)
     ap.add_argument("--libraries", action="store_true", help="Avro/JSON/CSV/Parquet -> Arrow per library, one thread")

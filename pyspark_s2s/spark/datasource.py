@@ -20,7 +20,7 @@ from pyspark.sql.types import StructType
 from pyspark_s2s.errors import ConfigError, S2SError
 from pyspark_s2s.spark.compat import register_source
 from pyspark_s2s.spark.options import SparkOptions
-from pyspark_s2s.spark.schema import SOURCE_SCHEMA
+from pyspark_s2s.spark.schema import FILES_SCHEMA, SOURCE_SCHEMA
 
 __all__ = ["DefaultSource", "register"]
 
@@ -41,6 +41,8 @@ class DefaultSource(DataSource):
         # read fails there, with this project's message only (writes are checked in writer() /
         # streamWriter(), which Spark also calls on the driver, before any task)
         opts = self._options()
+        if opts.record_format and opts.record_delivery == "files":
+            return FILES_SCHEMA
         if opts.record_format:
             # record mode without .schema(...): Avro's or Parquet's own schema, read from the port's
             # first FlowFile, which stays in NiFi (spark.source.infer_record_schema)
@@ -54,6 +56,14 @@ class DefaultSource(DataSource):
 
     @staticmethod
     def _check_read_schema(schema: StructType, opts: SparkOptions | None = None) -> None:
+        if opts is not None and opts.record_format and opts.record_delivery == "files":
+            if schema != FILES_SCHEMA:
+                raise ConfigError(
+                    f"recordDelivery=files yields one row per FlowFile with a fixed schema "
+                    f"({FILES_SCHEMA.simpleString()}); give the records' schema to Spark's reader of the files "
+                    f"(read_record_files(..., schema=...)), not to this reader (got {schema.simpleString()})",
+                    option="schema")
+            return
         if opts is not None and opts.record_format:
             from pyspark_s2s.spark.schema import check_record_schema
 

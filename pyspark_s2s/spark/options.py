@@ -41,6 +41,7 @@ from pyspark_s2s.records import RECORD_FORMATS
 __all__ = [
     "COMMIT_MODES",
     "READ_MODES",
+    "RECORD_DELIVERIES",
     "RECORD_FORMATS",
     "ROUTINGS",
     "SPARK_ONLY_OPTIONS",
@@ -56,6 +57,8 @@ SPARK_PASSTHROUGH = ("checkpointLocation", "queryName")
 COMMIT_MODES = ("task", "batch")
 #: Spark's file-source ``mode`` values, for malformed record sets
 READ_MODES = ("FAILFAST", "PERMISSIVE", "DROPMALFORMED")
+#: what a record-mode read yields: the records as rows, or each FlowFile as a file for Spark's readers
+RECORD_DELIVERIES = ("rows", "files")
 ROUTINGS = ("weighted", "roundRobin", "attribute", "singleNode")
 
 
@@ -198,6 +201,14 @@ SPARK_ONLY_OPTIONS: tuple[Option, ...] = (
          "Strategy \"Set 'avro.schema' Attribute\" and this sink sets for json and csv). Sink: rows are packed into FlowFiles of many records. Absent: one row per "
          "FlowFile (`content`, `attributes`, ...). Formats, type mapping and NiFi facts: `docs/records.md`.",
          default_doc="absent (one row per FlowFile)"),
+    _row("recordDelivery", "record_delivery", _choice(RECORD_DELIVERIES), "rows", "rows or files",
+         "Source, record mode. `rows`: every record is a row, parsed in the Python worker. `files`: the "
+         "source parses nothing; each FlowFile's content is written as a file under `stagingLocation` "
+         "(required) and the read yields one row per FlowFile: `path`, `format`, `size`, `attributes`, "
+         "`uuid`, `peer`, `transactionId`, `receivedAt`. Read the files with Spark's own readers, e.g. "
+         "`pyspark_s2s.spark.read_record_files(spark, df)` in `foreachBatch`, at Spark's native file rate. "
+         "A streaming query's files go with its staged data when Spark commits the micro-batch; a batch "
+         "read's stay (`docs/spark.md`, \"Record FlowFiles as files\")."),
     _row("mode", "mode", _choice(READ_MODES), "FAILFAST", "FAILFAST, PERMISSIVE or DROPMALFORMED",
          "Source, record mode. A FlowFile whose record set cannot be read, or whose values do not fit the "
          "schema: `FAILFAST` fails the query naming the FlowFile uuid, format, peer, transaction and parse "
@@ -302,7 +313,7 @@ _CLIENT_ATTRS = frozenset(o.attr for o in CLIENT_OPTIONS)
 _RECORD_ONLY = frozenset(("header", "records_per_flow_file", "bytes_per_flow_file", "partition_columns",
                           "output_grouping", "json_decimals", "flow_file_attributes", "write_schema_attribute", "mode",
                           "column_name_of_corrupt_record", "include_attributes", "sep", "quote", "escape",
-                          "max_inflate_ratio"))
+                          "max_inflate_ratio", "record_delivery"))
 _SPARK_BY_ATTR = {o.attr: o for o in SPARK_ONLY_OPTIONS}
 
 
@@ -318,6 +329,7 @@ class SparkOptions:
     idle_poll_interval: float = 1.0
     in_doubt_retention: float = 86400.0
     record_format: str | None = None
+    record_delivery: str = "rows"
     mode: str = "FAILFAST"
     max_inflate_ratio: float = 100.0
     column_name_of_corrupt_record: str = "_corrupt_record"
@@ -377,6 +389,10 @@ class SparkOptions:
             if given:
                 raise ConfigError(f"{', '.join(sorted(given))} applies only in record mode: set recordFormat "
                                   f"({', '.join(RECORD_FORMATS)})", option=min(given))
+        if parsed.record_delivery == "files" and parsed.staging_location is None:
+            raise ConfigError("recordDelivery=files needs stagingLocation: each FlowFile's content is written "
+                              "there as a file for Spark's own readers, e.g. .option('stagingLocation', "
+                              "'/data/q1-staging')", option="stagingLocation")
         return parsed
 
     def require_staging(self) -> str:

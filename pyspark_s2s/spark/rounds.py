@@ -88,7 +88,7 @@ from pyspark_s2s.spark.indoubt import (
     remember,
 )
 from pyspark_s2s.spark.options import SparkOptions
-from pyspark_s2s.spark.schema import FlowFileRows, RecordRows
+from pyspark_s2s.spark.schema import FileRows, FlowFileRows, RecordRows
 from pyspark_s2s.spark.staging import Resolution, RoundManifest, RoundState, StagingArea
 
 __all__ = [
@@ -130,7 +130,7 @@ ROUND_FLOWFILES = 65536
 #: its share of what its node held at the start) reads until it has that instead
 ROUND_WINDOW = 5.0
 #: what turns staged FlowFiles into output batches (one row per FlowFile, or record mode)
-Rows = FlowFileRows | RecordRows
+Rows = FlowFileRows | RecordRows | FileRows
 
 
 class Partition(Protocol):
@@ -544,6 +544,9 @@ def replay(staging: StagingArea, m: RoundManifest, rows: Rows) -> Iterator[Any]:
                 careful = guard.begin(index, batch, rows)
                 yield from rows.output(batch, peer=m.peer, transaction_id=m.transaction_id,
                                        received_at_us=m.received_at_us, guard=guard, index=index, careful=careful)
+            elif isinstance(rows, FileRows):  # recordDelivery=files: written as files, not parsed
+                yield from rows.output(batch, peer=m.peer, transaction_id=m.transaction_id,
+                                       received_at_us=m.received_at_us, files=(staging, m, index))
             else:
                 yield from rows.output(batch, peer=m.peer, transaction_id=m.transaction_id,
                                        received_at_us=m.received_at_us)

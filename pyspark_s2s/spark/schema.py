@@ -48,9 +48,11 @@ from pyspark_s2s.spark.options import SparkOptions
 
 __all__ = [
     "ATTRIBUTES_COLUMN",
+    "FILES_SCHEMA",
     "SOURCE_COLUMNS",
     "SOURCE_SCHEMA",
     "UUID_COLUMN",
+    "FileRows",
     "FlowFileRows",
     "RecordRows",
     "arrow_source_schema",
@@ -78,6 +80,21 @@ SOURCE_SCHEMA = StructType([
     StructField("receivedAt", TimestampType(), nullable=False),
 ])
 SOURCE_COLUMNS = tuple(f.name for f in SOURCE_SCHEMA.fields)
+
+#: the columns of a record-mode read with ``recordDelivery=files``: one row per FlowFile, its
+#: content written as the file ``path`` (a URI Spark's file readers open)
+FILES_SCHEMA = StructType([
+    StructField("path", StringType(), nullable=False),
+    StructField("format", StringType(), nullable=False),
+    StructField("size", LongType(), nullable=False),
+    StructField("attributes", MapType(StringType(), StringType(), valueContainsNull=False), nullable=False),
+    StructField("uuid", StringType(), nullable=True),
+    StructField("peer", StringType(), nullable=False),
+    StructField("transactionId", StringType(), nullable=False),
+    StructField("receivedAt", TimestampType(), nullable=False),
+])
+#: the file name extension of each record format's files
+FILE_EXTENSIONS = {"avro": "avro", "json": "json", "csv": "csv", "parquet": "parquet"}
 
 
 
@@ -265,6 +282,56 @@ class FlowFileRows:
     def output(self, batch: Any, *, peer: str, transaction_id: str, received_at_us: int) -> Iterator[Any]:
         yield to_output_batch(batch, self.arrow, peer=peer, transaction_id=transaction_id,
                               received_at_us=received_at_us)
+
+    def end_round(self, where: str) -> None:
+        return None
+
+
+class FileRows:
+    """Record mode with ``recordDelivery=files``: each staged FlowFile's content written as a file
+    of the staging area, and one row per FlowFile naming it (:data:`FILES_SCHEMA`). Nothing is
+    parsed here: Spark's own file readers read the files (spark/files.py). A replay writes the same
+    files again from the staged data, under the same names."""
+
+    def __init__(self, arrow_schema: Any, fmt: str) -> None:
+        self.arrow = arrow_schema
+        self.fmt = fmt
+
+    def output(self, batch: Any, *, peer: str, transaction_id: str, received_at_us: int,
+               files: tuple[Any, Any, int] | None = None) -> Iterator[Any]:
+        """The rows of one staged batch; ``files`` is (staging area, round manifest, the batch's
+        index in the round): where the files go."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if files is None:
+            raise ConfigError("recordDelivery=files needs stagingLocation", option="stagingLocation")
+        staging, m, index = files
+        n = batch.num_rows
+        if not n:
+            return
+        content, attributes = batch.column(0), batch.column(1)
+        ext = FILE_EXTENSIONS[self.fmt]
+        stem = f"files/part-{m.partition:05d}-r{m.round:04d}-b{index:04d}"
+        staging.fs.create_dir(staging.path(m.scope, "files"), recursive=True)
+        paths = []
+        for i in range(n):
+            name = f"{stem}-{i:06d}.{ext}"
+            value = content[i]
+            staging.write_bytes(m.scope, name, value.as_buffer() if value.is_valid else b"")
+            paths.append(staging.uri(m.scope, name))
+        columns = [
+            pa.array(paths, pa.string()),
+            pa.repeat(pa.scalar(self.fmt, pa.string()), n),
+            pc.fill_null(pc.binary_length(content), 0).cast(pa.int64()),
+            attributes,
+            uuid_column(attributes) if n else pa.array([], pa.string()),
+            pa.repeat(pa.scalar(peer, pa.string()), n),
+            pa.repeat(pa.scalar(transaction_id, pa.string()), n),
+            pa.repeat(pa.scalar(received_at_us, pa.int64()), n),
+        ]
+        yield pa.RecordBatch.from_arrays([c.cast(f.type) for c, f in zip(columns, self.arrow, strict=True)],
+                                         schema=self.arrow)
 
     def end_round(self, where: str) -> None:
         return None
@@ -570,6 +637,9 @@ class RecordRows:
         self.flow_files = 0
 
 
-def make_rows(schema: StructType, opts: SparkOptions) -> FlowFileRows | RecordRows:
-    """The row maker of a read: record mode when ``recordFormat`` is set."""
+def make_rows(schema: StructType, opts: SparkOptions) -> FlowFileRows | RecordRows | FileRows:
+    """The row maker of a read: record mode when ``recordFormat`` is set (as files with
+    ``recordDelivery=files``)."""
+    if opts.record_format and opts.record_delivery == "files":
+        return FileRows(arrow_source_schema(FILES_SCHEMA), opts.record_format)
     return RecordRows(schema, opts) if opts.record_format else FlowFileRows(arrow_source_schema(schema))

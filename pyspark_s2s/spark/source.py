@@ -62,6 +62,7 @@ from pyspark_s2s.spark.rounds import (
     read_staged,
 )
 from pyspark_s2s.spark.schema import (
+    FileRows,
     FlowFileRows,
     RecordRows,
     make_rows,
@@ -101,7 +102,7 @@ def read_partition(opts: SparkOptions, schema: Any, part: NiFiPartition,
 
     ``schema`` is the output's Arrow schema (one row per FlowFile), or the row maker
     (:func:`~pyspark_s2s.spark.schema.make_rows`) that also covers record mode."""
-    rows: Rows = schema if isinstance(schema, (FlowFileRows, RecordRows)) else FlowFileRows(schema)
+    rows: Rows = schema if isinstance(schema, (FlowFileRows, RecordRows, FileRows)) else FlowFileRows(schema)
     where = f"nifi-s2s partition {part.index} of {part.scope} (peer {part.peer}, port {opts.client.port})"
     try:
         if staging is not None:

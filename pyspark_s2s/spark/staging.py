@@ -5,6 +5,8 @@ Owns: the layout under ``stagingLocation`` and its atomic writes::
     <stagingLocation>/<scope>/part-00003-r0000.json              round 0's manifest (its commit marker)
     <stagingLocation>/<scope>/part-00003-r0000-<attempt>.arrow   round 0's FlowFiles (Arrow IPC file)
     <stagingLocation>/<scope>/part-00003.done                    the partition's rounds are final
+    <stagingLocation>/<scope>/files/part-00003-r0000-b0000-000012.parquet   a FlowFile's content as a file
+                                                                 (``recordDelivery=files``)
     <stagingLocation>/driver/latest-offset.json                  the last planned offset (pyspark 4.0/4.1)
     <stagingLocation>/in-doubt/<scope>-p00003-r0000.json         an in-doubt round's uuids (spark/indoubt.py)
 
@@ -314,6 +316,28 @@ class StagingArea:
     def path(self, *parts: str) -> str:
         _ = self.fs
         return "/".join((self._base, *parts))
+
+    def uri(self, *parts: str) -> str:
+        """``<scope>/<name>`` as a URI another program (Spark's file readers) opens: the location
+        as the user gave it (``hdfs://...``, ``s3://...``), or ``file://`` and the absolute path."""
+        if "://" in self.location:
+            return "/".join((self.location.rstrip("/"), *parts))
+        return "file://" + "/".join((os.path.abspath(self.location).rstrip("/"), *parts))
+
+    def write_bytes(self, scope: str, name: str, data: Any) -> None:
+        """Write (or replace) ``<scope>/<name>`` whole: under a temporary name, renamed into place on
+        a local filesystem (an object store makes an upload visible whole); not fsynced (for files
+        made again from staged data when lost)."""
+        fs = self.fs
+        final = self.path(scope, name)
+        if not self.local:
+            with fs.open_output_stream(final) as out:
+                out.write(data)
+            return
+        tmp = self.path(scope, f".{name.replace('/', '_')}.{uuid.uuid4().hex}.tmp")
+        with fs.open_output_stream(tmp) as out:
+            out.write(data)
+        fs.move(tmp, final)
 
     # -- durability ----------------------------------------------------------------------------
     def _fsync(self, path: str) -> None:
