@@ -477,7 +477,7 @@ MEMORY_CHILD = """
 import resource
 from pyspark.sql.types import StructType, StructField, LongType, StringType, DoubleType, BooleanType, TimestampType
 from pyspark_s2s.spark.options import SparkOptions
-from pyspark_s2s.spark.schema import make_rows
+from pyspark_s2s.spark.rows import make_rows
 from pyspark_s2s.spark.source import NiFiPartition, read_partition
 from pyspark_s2s.spark.staging import StagingArea, batch_scope
 opts = SparkOptions.parse({{"url": "{url}", "portName": "out", "recordFormat": "parquet", "timeout": "300 sec"}})
@@ -567,7 +567,8 @@ def path_main(args: argparse.Namespace) -> int:
     )
 
     from pyspark_s2s.spark.options import SparkOptions
-    from pyspark_s2s.spark.schema import SOURCE_SCHEMA, make_rows
+    from pyspark_s2s.spark.rows import make_rows
+    from pyspark_s2s.spark.schema import SOURCE_SCHEMA
     from pyspark_s2s.spark.source import NiFiPartition, read_partition
     from pyspark_s2s.spark.staging import StagingArea, batch_scope
 

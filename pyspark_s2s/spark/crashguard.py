@@ -90,7 +90,7 @@ class ParseGuard:
     def begin(self, index: int, batch: Any, rows: Any) -> bool:
         """Note batch ``index`` before its parse; returns whether it must be parsed carefully
         (an earlier attempt died while parsing it). ``rows`` is the read's
-        :class:`~pyspark_s2s.spark.schema.RecordRows` (format, schema, settings for the child)."""
+        :class:`~pyspark_s2s.spark.rows.RecordRows` (format, schema, settings for the child)."""
         careful = self.left is not None and self.left.get("batch") == index
         if careful:
             assert self.left is not None

@@ -88,7 +88,7 @@ from pyspark_s2s.spark.indoubt import (
     remember,
 )
 from pyspark_s2s.spark.options import SparkOptions
-from pyspark_s2s.spark.schema import FileRows, FlowFileRows, RecordRows
+from pyspark_s2s.spark.rows import FileRows, RecordRows, Rows
 from pyspark_s2s.spark.staging import Resolution, RoundManifest, RoundState, StagingArea
 
 __all__ = [
@@ -100,7 +100,6 @@ __all__ = [
     "Partition",
     "RoundEvent",
     "RoundPhase",
-    "Rows",
     "Step",
     "diagram",
     "forget_through",
@@ -130,7 +129,6 @@ ROUND_FLOWFILES = 65536
 #: its share of what its node held at the start) reads until it has that instead
 ROUND_WINDOW = 5.0
 #: what turns staged FlowFiles into output batches (one row per FlowFile, or record mode)
-Rows = FlowFileRows | RecordRows | FileRows
 
 
 class Partition(Protocol):

@@ -55,19 +55,13 @@ from pyspark_s2s.spark.planning import (
 from pyspark_s2s.spark.rounds import (
     BATCH_BYTES,
     BATCH_ROWS,
-    Rows,
     forget_through,
     open_receive,
     partition_client,
     read_staged,
 )
-from pyspark_s2s.spark.schema import (
-    FileRows,
-    FlowFileRows,
-    RecordRows,
-    make_rows,
-    spark_schema_from_arrow,
-)
+from pyspark_s2s.spark.rows import FileRows, FlowFileRows, RecordRows, Rows, make_rows
+from pyspark_s2s.spark.schema import spark_schema_from_arrow
 from pyspark_s2s.spark.staging import (
     RoundManifest,
     StagingArea,
@@ -101,7 +95,7 @@ def read_partition(opts: SparkOptions, schema: Any, part: NiFiPartition,
     """Rows of one partition as record batches of exactly ``schema`` (through the staging area: spark/rounds.py).
 
     ``schema`` is the output's Arrow schema (one row per FlowFile), or the row maker
-    (:func:`~pyspark_s2s.spark.schema.make_rows`) that also covers record mode."""
+    (:func:`~pyspark_s2s.spark.rows.make_rows`) that also covers record mode."""
     rows: Rows = schema if isinstance(schema, (FlowFileRows, RecordRows, FileRows)) else FlowFileRows(schema)
     where = f"nifi-s2s partition {part.index} of {part.scope} (peer {part.peer}, port {opts.client.port})"
     try:

@@ -196,7 +196,7 @@ def test_small_flowfiles_with_maps_and_nan_strings_give_the_rows_each_gives_alon
 
     from pyspark_s2s.records.read import read_record_set
     from pyspark_s2s.spark.options import SparkOptions
-    from pyspark_s2s.spark.schema import RecordRows, make_rows
+    from pyspark_s2s.spark.rows import RecordRows, make_rows
 
     contents = []
     for k in range(300):

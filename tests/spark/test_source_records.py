@@ -235,7 +235,7 @@ def test_malformed_flowfiles_are_counted_in_a_warning_per_round(srv: ServerProce
     from pyspark.sql.types import StructType
 
     from pyspark_s2s.spark.options import SparkOptions
-    from pyspark_s2s.spark.schema import make_rows
+    from pyspark_s2s.spark.rows import make_rows
     from pyspark_s2s.spark.source import NiFiPartition, read_partition
     from pyspark_s2s.spark.staging import StagingArea, batch_scope
 
@@ -284,7 +284,7 @@ def test_small_flowfiles_read_together_keep_their_own_rows_uuid_and_attributes(s
     from pyspark.sql.types import StructType
 
     from pyspark_s2s.spark.options import SparkOptions
-    from pyspark_s2s.spark.schema import make_rows
+    from pyspark_s2s.spark.rows import make_rows
     from pyspark_s2s.spark.source import NiFiPartition, read_partition
     from pyspark_s2s.spark.staging import StagingArea, batch_scope
 
@@ -325,7 +325,7 @@ def test_a_stream_with_many_malformed_flowfiles_keeps_every_row_in_place(spark: 
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     from pyspark_s2s.spark.options import SparkOptions
-    from pyspark_s2s.spark.schema import make_rows
+    from pyspark_s2s.spark.rows import make_rows
 
     def bad(k: int) -> bool:  # sparse, then a dense stretch (every other one), then sparse again
         return k % 500 == 7 or (1000 <= k < 2200 and k % 2 == 0)
