@@ -85,25 +85,32 @@ def client_arrow(url: str, n: int) -> float:
     return n / secs
 
 
+def available_now(writer: Any, work: Path, expect: int, what: str) -> tuple[float, Any, float]:
+    """Run ``writer`` (a ``writeStream`` builder) as a ``Trigger.AvailableNow`` query with its
+    checkpoint under ``work``; check that its micro-batches saw ``expect`` input rows. Returns
+    (seconds from start() to the end, the query, seconds of its micro-batches' addBatch)."""
+    t0 = time.perf_counter()
+    q = writer.option("checkpointLocation", str(work / "chk")).trigger(availableNow=True).start()
+    if not q.awaitTermination(600):
+        q.stop()
+        raise RuntimeError(f"the Spark query did not finish within 600 s ({what})")
+    secs = time.perf_counter() - t0
+    got = sum(p["numInputRows"] for p in q.recentProgress)
+    if got != expect:
+        raise RuntimeError(f"spark read {got} of {expect} ({what})")
+    batch_ms = sum(p["durationMs"].get("addBatch", 0) for p in q.recentProgress if p["numInputRows"])
+    return secs, q, batch_ms / 1000
+
+
 def spark_read(spark: Any, url: str, n: int, partitions: int, work: Path) -> tuple[float, float]:
     """(rows/s from start() to termination, rows/s over the micro-batches' addBatch time)."""
     shutil.rmtree(work, ignore_errors=True)
     df = (spark.readStream.format("nifi-s2s").option("url", url).option("portName", OUT_PORT)
           .option("stagingLocation", str(work / "staging")).option("minPartitions", str(partitions))
           .option("timeout", "120 sec").load())
-    t0 = time.perf_counter()
-    q = (df.writeStream.format("noop").option("checkpointLocation", str(work / "chk"))
-         .trigger(availableNow=True).start())
-    if not q.awaitTermination(600):
-        q.stop()
-        raise RuntimeError("the Spark query did not finish within 600 s")
-    secs = time.perf_counter() - t0
-    rows = sum(p["numInputRows"] for p in q.recentProgress)
-    if rows != n:
-        raise RuntimeError(f"spark read {rows} of {n}")
-    batch_ms = sum(p["durationMs"].get("addBatch", 0) for p in q.recentProgress if p["numInputRows"])
+    secs, q, batch = available_now(df.writeStream.format("noop"), work, n, "per-FlowFile")
     print(f"    {secs:.2f} s from start() to the end; Spark's progress: {progress_split(q.recentProgress)}", flush=True)
-    return n / secs, n / (batch_ms / 1000)
+    return n / secs, n / batch
 
 
 def progress_split(progress: list[Any]) -> str:
@@ -192,18 +199,8 @@ def spark_read_records(spark: Any, url: str, fmt: str, rows: int, work: Path) ->
     df = (spark.readStream.format("nifi-s2s").option("url", url).option("portName", OUT_PORT)
           .option("stagingLocation", str(work / "staging")).option("recordFormat", fmt)
           .option("timeout", "120 sec").schema(RECORD_DDL).load())
-    t0 = time.perf_counter()
-    q = (df.writeStream.format("noop").option("checkpointLocation", str(work / "chk"))
-         .trigger(availableNow=True).start())
-    if not q.awaitTermination(600):
-        q.stop()
-        raise RuntimeError("the Spark query did not finish within 600 s")
-    secs = time.perf_counter() - t0
-    got = sum(p["numInputRows"] for p in q.recentProgress)
-    if got != rows:
-        raise RuntimeError(f"spark read {got} of {rows} rows ({fmt})")
-    batch_ms = sum(p["durationMs"].get("addBatch", 0) for p in q.recentProgress if p["numInputRows"])
-    return rows / secs, rows / (batch_ms / 1000)
+    secs, _, batch = available_now(df.writeStream.format("noop"), work, rows, f"{fmt} rows")
+    return rows / secs, rows / batch
 
 
 def register_ceiling(spark: Any) -> None:
@@ -307,20 +304,10 @@ def ceiling(spark: Any, rows: int, per_batch: int, work: Path, mode: str = "reco
     shutil.rmtree(work, ignore_errors=True)
     df = (spark.readStream.format("bench-ceiling").option("rows", str(rows)).option("perBatch", str(per_batch))
           .option("mode", mode).load())
-    t0 = time.perf_counter()
-    q = (df.writeStream.format("noop").option("checkpointLocation", str(work / "chk"))
-         .trigger(availableNow=True).start())
-    if not q.awaitTermination(600):
-        q.stop()
-        raise RuntimeError("the ceiling query did not finish within 600 s")
-    secs = time.perf_counter() - t0
-    got = sum(p["numInputRows"] for p in q.recentProgress)
-    if got != rows:
-        raise RuntimeError(f"ceiling read {got} of {rows}")
-    batch_ms = sum(p["durationMs"].get("addBatch", 0) for p in q.recentProgress if p["numInputRows"])
+    secs, q, batch = available_now(df.writeStream.format("noop"), work, rows, "ceiling")
     print(f"    ceiling: {secs:.2f} s from start() to the end; Spark's progress: {progress_split(q.recentProgress)}",
           flush=True)
-    return rows / secs, rows / (batch_ms / 1000)
+    return rows / secs, rows / batch
 
 
 def spark_read_files(spark: Any, url: str, fmt: str, rows: int, flowfiles: int, work: Path) -> tuple[float, float]:
@@ -338,18 +325,8 @@ def spark_read_files(spark: Any, url: str, fmt: str, rows: int, flowfiles: int, 
     df = (spark.readStream.format("nifi-s2s").option("url", url).option("portName", OUT_PORT)
           .option("stagingLocation", str(work / "staging")).option("recordFormat", fmt)
           .option("recordDelivery", "files").option("timeout", "120 sec").load())
-    t0 = time.perf_counter()
-    q = (df.writeStream.foreachBatch(each).option("checkpointLocation", str(work / "chk"))
-         .trigger(availableNow=True).start())
-    if not q.awaitTermination(600):
-        q.stop()
-        raise RuntimeError("the Spark query did not finish within 600 s")
-    secs = time.perf_counter() - t0
-    got = sum(p["numInputRows"] for p in q.recentProgress)
-    if got != flowfiles:
-        raise RuntimeError(f"spark read {got} of {flowfiles} FlowFiles ({fmt}, files)")
-    batch_ms = sum(p["durationMs"].get("addBatch", 0) for p in q.recentProgress if p["numInputRows"])
-    return rows / secs, rows / (batch_ms / 1000)
+    secs, _, batch = available_now(df.writeStream.foreachBatch(each), work, flowfiles, f"{fmt} files")
+    return rows / secs, rows / batch
 
 
 def spark_own_files(spark: Any, fmt: str, content: bytes, count: int, rows: int, work: Path) -> tuple[float, float]:
@@ -365,18 +342,9 @@ def spark_own_files(spark: Any, fmt: str, content: bytes, count: int, rows: int,
     reader = spark.readStream.format(fmt).schema(FILE_DDL[fmt])
     for k, v in NIFI_FORM_OPTIONS[fmt].items():
         reader = reader.option(k, v)
-    t0 = time.perf_counter()
-    q = (reader.load(str(data)).writeStream.format("noop").option("checkpointLocation", str(work / "chk"))
-         .trigger(availableNow=True).start())
-    if not q.awaitTermination(600):
-        q.stop()
-        raise RuntimeError("the Spark query did not finish within 600 s")
-    secs = time.perf_counter() - t0
-    got = sum(p["numInputRows"] for p in q.recentProgress)
-    if got != rows:
-        raise RuntimeError(f"spark's own {fmt} reader read {got} of {rows} rows")
-    batch_ms = sum(p["durationMs"].get("addBatch", 0) for p in q.recentProgress if p["numInputRows"])
-    return rows / secs, rows / (batch_ms / 1000)
+    secs, _, batch = available_now(reader.load(str(data)).writeStream.format("noop"), work, rows,
+                                   f"Spark's own {fmt} reader")
+    return rows / secs, rows / batch
 
 
 def load_average() -> str:

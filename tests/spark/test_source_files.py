@@ -9,23 +9,14 @@ from typing import Any
 
 import pytest
 import recordsets as rs
-from serverproc import ServerProcess
+from serverproc import ServerProcess, server_fixtures
 
 from pyspark_s2s.client import SiteToSiteClient
 from pyspark_s2s.errors import ConfigError
 from pyspark_s2s.spark import FILES_SCHEMA, read_record_files
 
-
-@pytest.fixture(scope="module")
-def srv() -> Any:
-    with ServerProcess("--input-port", "in", "--output-port", "out", "--route", "in=out") as s:
-        yield s
-
-
-@pytest.fixture(autouse=True)
-def _empty_port(srv: ServerProcess) -> Any:
-    srv.admin.flowfiles("out", drain=True, content=False)
-    yield
+# one server per module, reset (ports emptied) before every test
+server, srv, _, _ = server_fixtures("--input-port", "in", "--output-port", "out", "--route", "in=out")
 
 
 def _parquet(first: int, n: int) -> bytes:
