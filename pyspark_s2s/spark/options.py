@@ -206,7 +206,8 @@ SPARK_ONLY_OPTIONS: tuple[Option, ...] = (
          "source parses nothing; each FlowFile's content is written as a file under `stagingLocation` "
          "(required) and the read yields one row per FlowFile: `path`, `format`, `size`, `attributes`, "
          "`uuid`, `peer`, `transactionId`, `receivedAt`. Read the files with Spark's own readers, e.g. "
-         "`pyspark_s2s.spark.read_record_files(spark, df)` in `foreachBatch`, at Spark's native file rate. "
+         "`pyspark_s2s.spark.read_record_files(spark, df)` in `foreachBatch` (measured figures: "
+         "`docs/benchmarks.md`). "
          "A streaming query's files go with its staged data when Spark commits the micro-batch; a batch "
          "read's stay (`docs/spark.md`, \"Record FlowFiles as files\")."),
     _row("mode", "mode", _choice(READ_MODES), "FAILFAST", "FAILFAST, PERMISSIVE or DROPMALFORMED",
