@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pyspark_s2s.errors import MalformedRecordSet
-from pyspark_s2s.records.read_base import _ARROW_ERRORS
+from pyspark_s2s.records.read_base import _ARROW_ERRORS, holds
 from pyspark_s2s.records.types import avro_name
 
 __all__ = ["checked", "conform"]
@@ -85,15 +85,7 @@ def _cast(arr: pa.Array, t: pa.DataType, name: str) -> pa.Array:
 
 
 def _has_decimal(t: pa.DataType) -> bool:
-    if pa.types.is_decimal(t):
-        return True
-    if pa.types.is_struct(t):
-        return any(_has_decimal(f.type) for f in t)
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return _has_decimal(t.value_type)
-    if pa.types.is_map(t):
-        return _has_decimal(t.item_type)
-    return False
+    return holds(t, pa.types.is_decimal)
 
 
 def _check_decimals(arr: pa.Array, name: str) -> None:

@@ -29,7 +29,12 @@ from pyspark_s2s.errors import MalformedRecordSet
 from pyspark_s2s.records import limits
 from pyspark_s2s.records.json_read_objects import _json_objects
 from pyspark_s2s.records.limits import Budget, row_bytes
-from pyspark_s2s.records.read_base import _ARROW_ERRORS, _block_size, _strip_prefix
+from pyspark_s2s.records.read_base import (
+    _ARROW_ERRORS,
+    _block_size,
+    _strip_prefix,
+    holds,
+)
 from pyspark_s2s.records.types import avro_name
 
 __all__ = ["json_needs_objects", "json_rows", "json_source_schema"]
@@ -67,13 +72,7 @@ def _has_temporal(t: pa.DataType) -> bool:
 
 def _has_map(t: pa.DataType) -> bool:
     """Does ``t`` hold a map anywhere (which pyarrow's JSON reader cannot read)?"""
-    if pa.types.is_map(t):
-        return True
-    if pa.types.is_struct(t):
-        return any(_has_map(f.type) for f in t)
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return _has_map(t.value_type)
-    return False
+    return holds(t, pa.types.is_map)
 
 
 def json_needs_objects(target: pa.Schema) -> bool:

@@ -11,6 +11,7 @@ Must not import: pyspark, the server, the other reader modules (they import this
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ import pyarrow as pa
 from pyspark_s2s.records import limits
 from pyspark_s2s.records.limits import Budget
 
-__all__ = ["ReadSettings"]
+__all__ = ["ReadSettings", "holds"]
 
 
 #: what Arrow raises on values it cannot read (UnicodeDecodeError: a type parameter such as a
@@ -64,3 +65,16 @@ def _strip_prefix(buf: pa.Buffer) -> bytes:
 def _block_size(data: Any) -> int:
     size = data.size if isinstance(data, pa.Buffer) else len(data)
     return int(min(max(size + 64, 1 << 20), (1 << 31) - 1))
+
+
+def holds(t: pa.DataType, kind: Callable[[pa.DataType], bool]) -> bool:
+    """Whether ``t`` is of ``kind``, or holds one anywhere (struct fields, list items, map values)."""
+    if kind(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(holds(f.type, kind) for f in t)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return holds(t.value_type, kind)
+    if pa.types.is_map(t):
+        return holds(t.item_type, kind)
+    return False
