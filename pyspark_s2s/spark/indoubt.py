@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -124,6 +125,7 @@ class InDoubtFilter:
         self._staging, self._retention = staging, retention
         self._records: dict[str, tuple[float, frozenset[str]]] = {}
         self._values: pa.Array | None = None
+        self._uuids: frozenset[str] = frozenset()
         self._live: frozenset[str] = frozenset()
         self.dropped = 0
 
@@ -144,10 +146,20 @@ class InDoubtFilter:
             self._live = live
             uuids = frozenset().union(*(self._records[name][1] for name in live))
             self._values = pa.array(sorted(uuids), pa.string()) if uuids else None
+            self._uuids = uuids
 
     @property
     def active(self) -> bool:
         return self._values is not None
+
+    def drops(self, attributes: Mapping[str, str]) -> bool:
+        """Whether the FlowFile with these attributes is in doubt (counted in ``dropped`` when it
+        is); one without a uuid is kept. :meth:`apply` for one FlowFile at a time."""
+        flowfile = attributes.get("uuid")
+        if flowfile is None or flowfile not in self._uuids:
+            return False
+        self.dropped += 1
+        return True
 
     def apply(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """``batch`` (the client's ``content, attributes``) without the FlowFiles whose uuid is in

@@ -203,8 +203,8 @@ SPARK_ONLY_OPTIONS: tuple[Option, ...] = (
          default_doc="absent (one row per FlowFile)"),
     _row("recordDelivery", "record_delivery", _choice(RECORD_DELIVERIES), "rows", "rows or files",
          "Source, record mode. `rows`: every record is a row, parsed in the Python worker. `files`: the "
-         "source parses nothing; each FlowFile's content is written as a file under `stagingLocation` "
-         "(required) and the read yields one row per FlowFile: `path`, `format`, `size`, `attributes`, "
+         "source parses nothing; each FlowFile's content is staged as a file of its own under "
+         "`stagingLocation` (required; written once, durable before NiFi commits) and the read yields one row per FlowFile: `path`, `format`, `size`, `attributes`, "
          "`uuid`, `peer`, `transactionId`, `receivedAt`. Read the files with Spark's own readers, e.g. "
          "`pyspark_s2s.spark.read_record_files(spark, df)` in `foreachBatch` (measured figures: "
          "`docs/benchmarks.md`). "

@@ -89,6 +89,7 @@ from pyspark_s2s.spark.indoubt import (
 )
 from pyspark_s2s.spark.options import SparkOptions
 from pyspark_s2s.spark.rows import FileRows, RecordRows, Rows
+from pyspark_s2s.spark.schema import FILE_EXTENSIONS
 from pyspark_s2s.spark.staging import Resolution, RoundManifest, RoundState, StagingArea
 
 __all__ = [
@@ -382,18 +383,31 @@ def stage(client: SiteToSiteClient, opts: SparkOptions, part: Partition, staging
 
     staged = None
     started = time.monotonic()
+    # recordDelivery=files: each FlowFile's content is staged as its own file (written once)
+    extension = FILE_EXTENSIONS[opts.record_format] \
+        if opts.record_format is not None and opts.record_delivery == "files" else None
     dropped_before = in_doubt.dropped if in_doubt is not None else 0
     retention = opts.in_doubt_retention
     try:
         tx = open_receive(client, part, peer)
         with tx:
-            while True:
+            while extension is None:
                 batch = tx.receive_record_batch(BATCH_ROWS, BATCH_BYTES)
                 if batch is None:
                     break
                 if staged is None:
                     staged = staging.open_data(part.scope, part.index, ARROW_SCHEMA, round_)
                 staged.write(batch if in_doubt is None else in_doubt.apply(batch))
+            while extension is not None:
+                # recordDelivery=files: each content streams from the wire into its file (no batch
+                # in memory, no second copy); an in-doubt FlowFile's content is read (checksummed) unkept
+                packet = tx.receive(stream=True)
+                if packet is None:
+                    break
+                if staged is None:
+                    staged = staging.open_data(part.scope, part.index, ARROW_SCHEMA, round_, extension)
+                if in_doubt is None or not in_doubt.drops(packet.attributes):
+                    staged.add_file(packet.attributes, packet.chunks())
             received_at = int(time.time() * 1e6)
 
             def manifest(state: RoundState, data: str | None = None, checksum: int = 0,
@@ -420,7 +434,7 @@ def stage(client: SiteToSiteClient, opts: SparkOptions, part: Partition, staging
                 # our FlowFiles back to NiFi and use theirs
                 theirs = step(phase_of(other), RoundEvent.STAGED_TWICE)
                 tx.cancel("another attempt of this partition already staged this round")
-                staging.fs.delete_file(staging.path(part.scope, staged.name))
+                staging.delete_data(part.scope, staged.name)
                 resolved = settle(opts, staging, other) if theirs.to is RoundPhase.PENDING else other
                 if resolved is None:
                     raise S2SError("a concurrent attempt's staged data was rolled back; retry the partition",

@@ -50,10 +50,12 @@ class FlowFileRows:
 
 
 class FileRows:
-    """Record mode with ``recordDelivery=files``: each staged FlowFile's content written as a file
-    of the staging area, and one row per FlowFile naming it (:data:`FILES_SCHEMA`). Nothing is
-    parsed here: Spark's own file readers read the files (spark/files.py). A replay writes the same
-    files again from the staged data, under the same names."""
+    """Record mode with ``recordDelivery=files``: one row per FlowFile naming the file its content
+    was staged as (:data:`FILES_SCHEMA`). Nothing is parsed here: Spark's own file readers read the
+    files (spark/files.py). The round staged each content as its own file
+    (``StagedData``'s ``file_extension``), so a replay names the same files and writes nothing.
+    Staged data of an older version, which holds the contents themselves, is written out as files
+    here, under names that a replay writes again the same way."""
 
     def __init__(self, arrow_schema: Any, fmt: str) -> None:
         self.arrow = arrow_schema
@@ -73,19 +75,16 @@ class FileRows:
         if not n:
             return
         content, attributes = batch.column(0), batch.column(1)
-        ext = FILE_EXTENSIONS[self.fmt]
-        stem = f"files/part-{m.partition:05d}-r{m.round:04d}-b{index:04d}"
-        staging.fs.create_dir(staging.path(m.scope, "files"), recursive=True)
-        paths = []
-        for i in range(n):
-            name = f"{stem}-{i:06d}.{ext}"
-            value = content[i]
-            staging.write_bytes(m.scope, name, value.as_buffer() if value.is_valid else b"")
-            paths.append(staging.uri(m.scope, name))
+        if "file" in batch.schema.names:  # staged as files (FILE_COLUMNS)
+            base = staging.uri(m.scope, "")
+            paths = pc.binary_join_element_wise(pa.repeat(pa.scalar(base), n), batch.column("file"), "")
+            sizes = batch.column("size")
+        else:
+            paths, sizes = self._write_out(staging, m, index, content), pc.fill_null(pc.binary_length(content), 0)
         columns = [
-            pa.array(paths, pa.string()),
+            paths,
             pa.repeat(pa.scalar(self.fmt, pa.string()), n),
-            pc.fill_null(pc.binary_length(content), 0).cast(pa.int64()),
+            sizes.cast(pa.int64()),
             attributes,
             uuid_column(attributes) if n else pa.array([], pa.string()),
             pa.repeat(pa.scalar(peer, pa.string()), n),
@@ -94,6 +93,21 @@ class FileRows:
         ]
         yield pa.RecordBatch.from_arrays([c.cast(f.type) for c, f in zip(columns, self.arrow, strict=True)],
                                          schema=self.arrow)
+
+    def _write_out(self, staging: Any, m: Any, index: int, content: Any) -> Any:
+        """Each content of a batch staged by an older version (contents in the Arrow file) as a
+        file; their URIs."""
+        import pyarrow as pa
+
+        stem = f"files/part-{m.partition:05d}-r{m.round:04d}-b{index:04d}"
+        staging.fs.create_dir(staging.path(m.scope, "files"), recursive=True)
+        paths = []
+        for i in range(len(content)):
+            name = f"{stem}-{i:06d}.{FILE_EXTENSIONS[self.fmt]}"
+            value = content[i]
+            staging.write_bytes(m.scope, name, value.as_buffer() if value.is_valid else b"")
+            paths.append(staging.uri(m.scope, name))
+        return pa.array(paths, pa.string())
 
     def end_round(self, where: str) -> None:
         return None

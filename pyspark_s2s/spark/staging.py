@@ -5,7 +5,8 @@ Owns: the layout under ``stagingLocation`` and its atomic writes::
     <stagingLocation>/<scope>/part-00003-r0000.json              round 0's manifest (its commit marker)
     <stagingLocation>/<scope>/part-00003-r0000-<attempt>.arrow   round 0's FlowFiles (Arrow IPC file)
     <stagingLocation>/<scope>/part-00003.done                    the partition's rounds are final
-    <stagingLocation>/<scope>/files/part-00003-r0000-b0000-000012.parquet   a FlowFile's content as a file
+    <stagingLocation>/<scope>/files/part-00003-r0000-<attempt>-000012.parquet
+                                                                 a FlowFile's content as a file
                                                                  (``recordDelivery=files``)
     <stagingLocation>/driver/latest-offset.json                  the last planned offset (pyspark 4.0/4.1)
     <stagingLocation>/in-doubt/<scope>-p00003-r0000.json         an in-doubt round's uuids (spark/indoubt.py)
@@ -13,7 +14,9 @@ Owns: the layout under ``stagingLocation`` and its atomic writes::
 ``scope`` is ``batch-<N>`` for micro-batch N of a streaming query and ``read-<uuid>`` for one
 batch read. A partition reads in rounds (one NiFi transaction each). Every file is written under
 a temporary name and renamed into place (on a local filesystem after ``fsync`` of the file, and
-of the directory after the rename), so a reader sees a whole file or none.
+of the directory after the rename), so a reader sees a whole file or none. The content files of
+``recordDelivery=files`` are the exception: written under their final names (nothing reads one
+before the manifest of its round exists) and fsynced before the round's Arrow file.
 
 A round's manifest (:class:`RoundManifest`) says what it received and whether its NiFi
 transaction is ``pending`` (staged, confirm not known to have succeeded) or ``confirmed``
@@ -31,8 +34,10 @@ import contextlib
 import json
 import logging
 import os
+import queue
+import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -44,6 +49,7 @@ from pyarrow import ipc
 from pyspark_s2s.errors import S2SError
 
 __all__ = [
+    "FILE_COLUMNS",
     "MANIFEST_VERSION",
     "Resolution",
     "RoundManifest",
@@ -51,6 +57,7 @@ __all__ = [
     "StagedData",
     "StagingArea",
     "batch_scope",
+    "with_file_columns",
 ]
 
 logger = logging.getLogger(__name__)
@@ -246,12 +253,84 @@ class RoundManifest:
             raise f.bad(str(exc)) from None
 
 
-class StagedData:
-    """An Arrow IPC file being written; :meth:`commit` makes it visible under its final name."""
+#: the columns a ``recordDelivery=files`` round's staged data has after the client's ``content,
+#: attributes``: each FlowFile's content is written once, as a file of its own, and the staged
+#: batch keeps its name (relative to the scope) and size; ``content`` is null
+FILE_COLUMNS = (pa.field("file", pa.string()), pa.field("size", pa.int64()))
 
-    def __init__(self, area: StagingArea, scope: str, name: str, schema: pa.Schema) -> None:
+
+def with_file_columns(schema: pa.Schema) -> pa.Schema:
+    """``schema`` (the client's ``content, attributes``) with :data:`FILE_COLUMNS` after it."""
+    for f in FILE_COLUMNS:
+        schema = schema.append(f)
+    return schema
+
+
+class _Syncer:
+    """Makes written content files durable (``fsync``, then close) on a thread of its own, so
+    the device works while the next FlowFile is received. At most :attr:`QUEUED` files wait;
+    :meth:`finish` waits for the rest and raises the first error."""
+
+    QUEUED = 64
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[int | None] = queue.Queue(self.QUEUED)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="s2s-staging-fsync", daemon=True)
+        self._thread.start()
+
+    def put(self, fd: int) -> None:
+        self.raise_error()
+        self._queue.put(fd)
+
+    def finish(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+        self.raise_error()
+
+    def raise_error(self) -> None:
+        if self._error is not None:
+            raise S2SError(f"staging a FlowFile's content as a file failed: {self._error}") from self._error
+
+    def _run(self) -> None:
+        while (fd := self._queue.get()) is not None:
+            try:
+                if self._error is None:
+                    os.fsync(fd)
+            except OSError as exc:
+                self._error = exc
+            finally:
+                os.close(fd)
+
+
+class StagedData:
+    """An Arrow IPC file being written; :meth:`commit` makes it visible under its final name.
+
+    With ``file_extension`` (``recordDelivery=files``) each FlowFile's content goes to a file of
+    its own instead (:meth:`add_file`, as the content streams in), ``files/<stem>-<n>.<ext>``
+    (``stem``: this data's name without ``.arrow``, so two attempts of one round never share a
+    file), and the Arrow file keeps the FlowFiles with :data:`FILE_COLUMNS` and a null
+    ``content``: the bytes are written once. The content files need no temporary name (nothing
+    reads them before a manifest names this data); they are durable before the Arrow file is.
+    """
+
+    #: FlowFiles of a ``file_extension`` round gathered into one Arrow batch
+    FILE_BATCH = 16384
+
+    def __init__(self, area: StagingArea, scope: str, name: str, schema: pa.Schema,
+                 file_extension: str | None = None) -> None:
         self._area = area
         self.name = name
+        self._scope = scope
+        self._extension = file_extension
+        self._files: list[str] = []  # content files written (full paths)
+        self._pending: list[tuple[Any, str, int]] = []  # (attributes, file name, size) not in a batch yet
+        self._syncer: _Syncer | None = None  # fsyncs the files (local filesystem), from the first on
+        self._schema = schema
+        if file_extension is not None:
+            schema = with_file_columns(schema)
+            area.fs.create_dir(area.path(scope, "files"), recursive=True)
         self._final = area.path(scope, name)
         self._tmp = area.path(scope, f".{name}.{uuid.uuid4().hex}.tmp")
         fs = area.fs
@@ -263,11 +342,75 @@ class StagedData:
         self._done = False
 
     def write(self, batch: pa.RecordBatch) -> None:
-        self._writer.write_batch(batch)
-        self.rows += batch.num_rows
+        """Stage a batch of the client's ``content, attributes`` (with ``file_extension``: each
+        content as its file)."""
+        if self._extension is None:
+            self._writer.write_batch(batch)
+            self.rows += batch.num_rows
+            return
+        content, attributes = batch.column(0), batch.column(1).to_pylist()
+        for i in range(batch.num_rows):
+            value = content[i]
+            self.add_file(attributes[i], [value.as_buffer()] if value.is_valid else [])
+
+    def add_file(self, attributes: Any, chunks: Iterable[Any]) -> None:
+        """Stage one FlowFile (``file_extension``): ``chunks`` (bytes-like) written as its file,
+        ``attributes`` (a mapping or key/value pairs) kept in the Arrow file."""
+        assert self._extension is not None, "add_file needs the staged data's file_extension"
+        area = self._area
+        name = f"files/{self.name.removesuffix('.arrow')}-{len(self._files):06d}.{self._extension}"
+        path = area.path(self._scope, name)
+        self._files.append(path)
+        try:
+            size = self._write_file(path, chunks)
+        except OSError as exc:
+            raise S2SError(f"staging a FlowFile's content as a file failed: {exc}") from exc
+        self._pending.append((list(attributes.items()) if isinstance(attributes, Mapping) else attributes,
+                              name, size))
+        if len(self._pending) >= self.FILE_BATCH:
+            self._flush()
+
+    def _write_file(self, path: str, chunks: Iterable[Any]) -> int:
+        size = 0
+        if not self._area.local:
+            with self._area.fs.open_output_stream(path) as stream:  # visible whole when closed
+                for chunk in chunks:
+                    stream.write(chunk)
+                    size += len(chunk)
+            return size
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            for chunk in chunks:
+                view = memoryview(chunk)
+                size += len(view)
+                while view:
+                    view = view[os.write(fd, view):]
+        except BaseException:
+            os.close(fd)
+            raise
+        if self._syncer is None:
+            self._syncer = _Syncer()
+        self._syncer.put(fd)  # fsynced and closed there
+        return size
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        attributes, names, sizes = zip(*self._pending, strict=True)
+        n = len(names)
+        self._pending = []
+        self._writer.write_batch(pa.RecordBatch.from_arrays(
+            [pa.nulls(n, self._schema.field(0).type), pa.array(attributes, self._schema.field(1).type),
+             pa.array(names, pa.string()), pa.array(sizes, pa.int64())], schema=with_file_columns(self._schema)))
+        self.rows += n
 
     def commit(self) -> None:
-        """Close, make durable, rename into place."""
+        """Close, make durable, rename into place (the content files first: fsynced, and their
+        directory)."""
+        self._flush()
+        if self._syncer is not None:
+            self._syncer.finish()
+            self._area._fsync(os.path.dirname(self._files[0]))
         self._writer.close()
         self._stream.close()
         self._area._publish(self._tmp, self._final)
@@ -283,6 +426,10 @@ class StagedData:
             self._stream.close()
         with contextlib.suppress(FileNotFoundError, OSError):
             self._area.fs.delete_file(self._tmp)
+        if self._syncer is not None:
+            with contextlib.suppress(Exception):
+                self._syncer.finish()
+        self._area._delete_files(self._files)
 
 
 class StagingArea:
@@ -438,9 +585,12 @@ class StagingArea:
         return out
 
     # -- data --------------------------------------------------------------------------------
-    def open_data(self, scope: str, partition: int, schema: pa.Schema, round_: int = 0) -> StagedData:
+    def open_data(self, scope: str, partition: int, schema: pa.Schema, round_: int = 0,
+                  file_extension: str | None = None) -> StagedData:
+        """A round's staged data being written (``file_extension``: each content as a file of its
+        own, :class:`StagedData`)."""
         name = f"part-{partition:05d}-r{round_:04d}-{uuid.uuid4().hex[:12]}.arrow"
-        return StagedData(self, scope, name, schema)
+        return StagedData(self, scope, name, schema, file_extension)
 
     def read_data(self, scope: str, name: str) -> Iterator[pa.RecordBatch]:
         """The staged batches (memory-mapped on a local filesystem: no copy into the heap)."""
@@ -453,10 +603,26 @@ class StagingArea:
 
     def delete_round(self, manifest: RoundManifest) -> None:
         """Forget a staged round (manifest first: without it the data is never replayed)."""
-        for name in (self.manifest_name(manifest.partition, manifest.round), manifest.data):
-            if name:
-                with contextlib.suppress(FileNotFoundError):
-                    self.fs.delete_file(self.path(manifest.scope, name))
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.delete_file(self.path(manifest.scope, self.manifest_name(manifest.partition, manifest.round)))
+        if manifest.data:
+            self.delete_data(manifest.scope, manifest.data)
+
+    def delete_data(self, scope: str, name: str) -> None:
+        """Delete staged data ``<scope>/<name>`` and the content files it names (``recordDelivery=files``)."""
+        files: list[str] = []
+        with contextlib.suppress(FileNotFoundError, OSError, pa.ArrowInvalid):
+            for batch in self.read_data(scope, name):
+                if "file" in batch.schema.names:
+                    files += [self.path(scope, f) for f in batch.column("file").to_pylist() if f]
+        self._delete_files(files)
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.delete_file(self.path(scope, name))
+
+    def _delete_files(self, paths: list[str]) -> None:
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError, OSError):
+                self.fs.delete_file(path)
 
     #: where a driver on pyspark 4.0/4.1 keeps the last offset it planned (``driver/latest-offset.json``)
     OFFSET_SCOPE, OFFSET_NAME = "driver", "latest-offset.json"

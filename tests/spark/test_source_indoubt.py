@@ -19,8 +19,10 @@ from pyspark_s2s.client import SiteToSiteClient
 from pyspark_s2s.client.arrow import ARROW_SCHEMA
 from pyspark_s2s.errors import ConfigError
 from pyspark_s2s.spark.indoubt import INDOUBT_SCOPE, InDoubtFilter
-from pyspark_s2s.spark.schema import SOURCE_SCHEMA
-from pyspark_s2s.spark.source import NiFiPartition, NiFiStreamReader
+from pyspark_s2s.spark.options import SparkOptions
+from pyspark_s2s.spark.rows import make_rows
+from pyspark_s2s.spark.schema import FILES_SCHEMA, SOURCE_SCHEMA
+from pyspark_s2s.spark.source import NiFiPartition, NiFiStreamReader, read_partition
 from pyspark_s2s.spark.staging import Resolution, StagingArea, batch_scope
 
 server, srv, _, _ = server_fixtures("--output-port", "out", "--ttl", "30")
@@ -122,9 +124,27 @@ def test_the_filter_drops_only_remembered_uuids_and_never_a_flowfile_without_one
     kept = flt.apply(batch)
     assert kept.column("attributes").to_pylist() == [[("n", "1")], [("uuid", "b")]]
     assert flt.dropped == 2
+    # one FlowFile at a time (recordDelivery=files stages them so), counted the same way
+    assert [flt.drops(dict(a)) for a in batch.column("attributes").to_pylist()] == [True, False, False, True]
+    assert flt.dropped == 4
     off = InDoubtFilter(staging, 0)  # inDoubtRetention=0: off
     off.refresh()
-    assert off.apply(batch) is batch
+    assert off.apply(batch) is batch and not off.drops({"uuid": "a"})
+
+
+def test_files_delivery_drops_what_nifi_serves_again_before_writing_it(srv: ServerProcess, tmp_path: Path) -> None:
+    staging = StagingArea(str(tmp_path))
+    _in_doubt_round(srv, staging, batch_scope(6))
+    assert len(_read(srv, staging, NiFiPartition(batch_scope(6), 0, _peer(srv)))) == 10  # kept, remembered
+    _fill(srv, 3, prefix="new")  # NiFi serves the 10 again, and 3 new ones
+    opts = SparkOptions.parse({"url": srv.url, "portName": "out", "recordFormat": "json", "recordDelivery": "files",
+                               "stagingLocation": str(tmp_path)})
+    rows = [r for b in read_partition(opts, make_rows(FILES_SCHEMA, opts), NiFiPartition(batch_scope(7), 0, _peer(srv)),
+                                      staging) for r in b.to_pylist()]
+    assert _uuids(rows) == ["new-0", "new-1", "new-2"]
+    assert len(list((tmp_path / batch_scope(7) / "files").iterdir())) == 3  # no file for a dropped one
+    m = staging.manifest(batch_scope(7), 0)
+    assert m is not None and m.flow_files == 13 and srv.admin.queued("out") == 0
 
 
 def test_a_bad_retention_names_the_option() -> None:
