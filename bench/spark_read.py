@@ -367,11 +367,19 @@ def records_main(args: argparse.Namespace) -> int:
     results: dict[str, list[tuple[float, float]]] = {k: [] for k in (
         "ceiling", "per-row", *args.formats, *(f"{f}:files" for f in file_formats),
         *(f"{f}:spark" for f in file_formats))}
+    cpu: dict[str, list[CpuMeter]] = {k: [] for k in results}
     loads: list[str] = []
     try:
         with ServerSubprocess(["--ttl", "120", "--input-port", IN_PORT, "--output-port", OUT_PORT,
                                "--route", f"{IN_PORT}={OUT_PORT}"], cwd=str(REPO)) as server:
             url = server.url
+
+            def measured(key: str, run: Any, *run_args: Any) -> None:
+                """One timed query of ``key`` (``run(*run_args)``), with where its CPU went (start to end)."""
+                meter = CpuMeter((server.pid,)).start()
+                results[key].append(run(*run_args))
+                cpu[key].append(meter.stop())
+
             for fmt in args.formats:  # warm-up: imports, Python workers, caches
                 fill_content(url, contents[fmt], 2, attrs)
                 spark_read_records(spark, url, fmt, 2 * per_ff, work / f"warm-{fmt}")
@@ -383,19 +391,17 @@ def records_main(args: argparse.Namespace) -> int:
             spark_read(spark, url, 2000, 1, work / "warm")
             ceiling(spark, per_ff, CEILING_BATCH, work / "warm-ceiling")
             for r in range(args.rounds):
-                results["ceiling"].append(ceiling(spark, rows, CEILING_BATCH, work / f"c{r}"))
+                measured("ceiling", ceiling, spark, rows, CEILING_BATCH, work / f"c{r}")
                 fill(url, args.per_row_flowfiles)
-                e2e, mb = spark_read(spark, url, args.per_row_flowfiles, 1, work / f"p{r}")
-                results["per-row"].append((e2e, mb))
+                measured("per-row", spark_read, spark, url, args.per_row_flowfiles, 1, work / f"p{r}")
                 for fmt in args.formats:
                     fill_content(url, contents[fmt], count, attrs)
-                    results[fmt].append(spark_read_records(spark, url, fmt, rows, work / f"{fmt}{r}"))
+                    measured(fmt, spark_read_records, spark, url, fmt, rows, work / f"{fmt}{r}")
                 for fmt in file_formats:
                     fill_content(url, contents[fmt], count, attrs)
-                    results[f"{fmt}:files"].append(spark_read_files(spark, url, fmt, rows, count,
-                                                                      work / f"f{fmt}{r}"))
-                    results[f"{fmt}:spark"].append(spark_own_files(spark, fmt, contents[fmt], count, rows,
-                                                                   work / f"s{fmt}{r}"))
+                    measured(f"{fmt}:files", spark_read_files, spark, url, fmt, rows, count, work / f"f{fmt}{r}")
+                    measured(f"{fmt}:spark", spark_own_files, spark, fmt, contents[fmt], count, rows,
+                             work / f"s{fmt}{r}")
                 loads.append(load_average())
                 print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1][1]:,.0f}" for k, v in results.items())
                       + f" rows/s in micro-batches (load average {loads[-1]})", flush=True)
@@ -409,10 +415,17 @@ def records_main(args: argparse.Namespace) -> int:
     if file_formats:
         print("  (fmt:files = recordDelivery=files, the files read by Spark's reader in foreachBatch; fmt:spark = "
               "Spark's own streaming file source on the same content as files)")
-    print(f"  {'':10} {'micro-batches':>14} {'x per-row':>9} {'/ ceiling':>9}   {'start..end':>12} {'x per-row':>9}")
+    print(f"  {'':13} {'micro-batches':>14} {'x per-row':>9} {'/ ceiling':>9}   {'start..end':>12} {'x per-row':>9}")
     for k, (e2e, mb) in med.items():
-        print(f"  {k:10} {mb:>14,.0f} {mb / med['per-row'][1]:>9.1f} {mb / med['ceiling'][1]:>9.2f}   "
+        print(f"  {k:13} {mb:>14,.0f} {mb / med['per-row'][1]:>9.1f} {mb / med['ceiling'][1]:>9.2f}   "
               f"{e2e:>12,.0f} {e2e / med['per-row'][0]:>9.1f}")
+    print(f"  CPU-seconds per 1,000,000 rows from start() to the end (medians; the server stands in for NiFi, "
+          f"which runs elsewhere in production), the cores busy, the rate the {os.cpu_count()} cores allow at that "
+          f"CPU and the start-to-end rate's share of it:")
+    for k, meters in cpu.items():
+        n = args.per_row_flowfiles if k == "per-row" else rows
+        _, bound = median_split(meters, n, 1_000_000)
+        print(f"    {k:13}: {cpu_line(meters, n)} ({med[k][0] / bound:.2f} of it)")
     return 0
 
 

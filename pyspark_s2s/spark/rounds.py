@@ -95,6 +95,7 @@ from pyspark_s2s.spark.staging import Resolution, RoundManifest, RoundState, Sta
 __all__ = [
     "BATCH_BYTES",
     "BATCH_ROWS",
+    "ROUND_BYTES",
     "ROUND_FLOWFILES",
     "ROUND_STEPS",
     "ROUND_WINDOW",
@@ -125,6 +126,9 @@ BATCH_BYTES = 64 << 20
 #: FlowFiles a round (one NiFi transaction of a partition) asks for when nothing smaller is set:
 #: a partition reads in rounds so that Spark takes in one round's rows while the next is pulled
 ROUND_FLOWFILES = 65536
+#: content bytes a round asks for when nothing smaller is set: rounds of large FlowFiles (record
+#: sets) stay small enough that the next one is received while Spark takes this one's rows
+ROUND_BYTES = 64 << 20
 #: a partition starts no new round after this long (NiFi's own default batch duration), unless
 #: the client's batchDuration is longer; a partition with a planned backlog (``Trigger.AvailableNow``:
 #: its share of what its node held at the start) reads until it has that instead
@@ -293,7 +297,7 @@ def open_receive(client: SiteToSiteClient, part: Partition, peer: str | None = N
 
 
 def _round_limits(opts: SparkOptions, part: Partition, got_rows: int, got_bytes: int) -> tuple[int, int] | None:
-    """(FlowFiles, bytes) asked of NiFi for the next round (0 bytes = no size limit), or None when
+    """(FlowFiles, bytes) asked of NiFi for the next round, or None when
     the partition's per-trigger share or its planned backlog is used up."""
     shares = [x for x in (part.max_flow_files, part.backlog) if x]
     left_rows = min(shares) - got_rows if shares else None
@@ -301,8 +305,8 @@ def _round_limits(opts: SparkOptions, part: Partition, got_rows: int, got_bytes:
     if (left_rows is not None and left_rows <= 0) or (left_bytes is not None and left_bytes <= 0):
         return None
     rows = min(x for x in (left_rows, opts.client.batch_count or None, ROUND_FLOWFILES) if x is not None)
-    sizes = [x for x in (left_bytes, opts.client.batch_size or None) if x is not None]
-    return rows, min(sizes) if sizes else 0
+    sizes = [x for x in (left_bytes, opts.client.batch_size or None, ROUND_BYTES) if x is not None]
+    return rows, min(sizes)
 
 
 def read_staged(opts: SparkOptions, rows: Rows, part: Partition, staging: StagingArea) -> Iterator[Any]:
