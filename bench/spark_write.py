@@ -203,16 +203,20 @@ def records_write(df: Any, url: str, n: int, fmt: str | None) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def run_records(spark: Any, url: str, adm: Any, n: int, rounds: int, partitions: int) -> None:
+def run_records(spark: Any, url: str, adm: Any, n: int, rounds: int, partitions: int,
+                server_pid: int) -> None:
     df = records_df(spark, n, partitions)
     kinds: list[str | None] = [*RECORD_FORMATS, None, "noop"]
     for kind in kinds:  # warm-up: workers, imports, the JVM's code paths
         records_write(df, url, n, kind)
         adm.reset()
     results: dict[str, list[float]] = {}
+    meters: dict[str, list[CpuMeter]] = {}
     for r in range(rounds):
         for kind in (kinds if r % 2 == 0 else list(reversed(kinds))):
+            meter = CpuMeter((server_pid,)).start()
             rate = records_write(df, url, n, kind)
+            meters.setdefault(kind or "one row per FlowFile", []).append(meter.stop())
             queued = adm.queued(PORT)
             if kind != "noop" and not queued:
                 raise RuntimeError(f"{kind}: nothing reached the server")
@@ -228,6 +232,12 @@ def run_records(spark: Any, url: str, adm: Any, n: int, rounds: int, partitions:
     for label, rate in med.items():
         print(f"  {label:22} {rate:>12,.0f} rows/s   x{rate / per_row:5.1f} of one row per FlowFile   "
               f"{rate / ceiling:4.2f} of the ceiling")
+    print(f"  CPU-seconds per 1M rows, medians (the server stands in for NiFi, which runs elsewhere in production), "
+          f"and the rate the {os.cpu_count()} cores allow at that CPU (the measured rate's share of it):")
+    for label, ms in meters.items():
+        roles, bound = median_split(ms, n, 1_000_000)
+        busy = statistics.median(m.total / m.wall for m in ms if m.wall)
+        print(f"    {label:22} {roles}; {busy:.2f} cores busy; at most {bound:,.0f} rows/s ({med[label] / bound:.2f})")
 
 
 def _rss_kib(field: str) -> int:
@@ -380,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
             adm = admin(url)
             register_count_sink(spark)
             if args.records:
-                run_records(spark, url, adm, args.records, args.rounds, args.partitions)
+                run_records(spark, url, adm, args.records, args.rounds, args.partitions, server.pid)
             groups = [("small", args.small, len(SMALL)), ("large", args.large, MIB)]
             for group, n, size in groups:  # warm up workers, imports, the JVM's code paths
                 if n:
