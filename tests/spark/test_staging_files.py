@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 from serverproc import ServerProcess, server_fixtures
 
+from pyspark_s2s.client import Direction, SiteToSiteClient
 from pyspark_s2s.client.arrow import ARROW_SCHEMA
 from pyspark_s2s.errors import S2SError
 from pyspark_s2s.spark.options import SparkOptions
@@ -152,3 +153,18 @@ def test_staged_data_holding_the_contents_is_written_out_as_files_on_replay(srv:
     rows = _files_read(srv, staging, NiFiPartition(scope, 0, "h:1"))
     assert [Path(r["path"].removeprefix("file://")).read_bytes() for r in rows] == [b"[{\"a\": 1}]", b"[]"]
     assert [r["uuid"] for r in rows] == ["u-0", "u-1"] and [r["size"] for r in rows] == [10, 2]
+
+
+def test_files_are_staged_the_same_over_raw_sockets(tmp_path: Path) -> None:
+    with ServerProcess("--output-port", "out", "--raw-port", "0", "--ttl", "30") as raw:
+        contents = {f"ff-{i}": bytes([i]) * (i * 40_000 + 1) for i in range(12)}  # up to 440 KB: streamed in chunks
+        raw.admin.enqueue("out", [({"uuid": u}, c) for u, c in contents.items()])
+        opts = SparkOptions.parse({"url": raw.url, "portName": "out", "recordFormat": "csv", "recordDelivery": "files",
+                                   "stagingLocation": str(tmp_path), "transportProtocol": "RAW"})
+        with SiteToSiteClient(url=raw.url, portName="out", transportProtocol="RAW") as client:
+            (peer, _), = client.peer_statuses(Direction.RECEIVE)  # the node's RAW peer, as the plan names it
+        part = NiFiPartition(batch_scope(0), 0, f"{peer.hostname}:{peer.port}")
+        rows = [r for b in read_partition(opts, make_rows(FILES_SCHEMA, opts), part, StagingArea(str(tmp_path)))
+                for r in b.to_pylist()]
+        assert sorted(r["uuid"] for r in rows) == sorted(contents) and raw.admin.queued("out") == 0
+        assert all(Path(r["path"].removeprefix("file://")).read_bytes() == contents[r["uuid"]] for r in rows)
