@@ -280,7 +280,11 @@ class _Syncer:
         self._thread.start()
 
     def put(self, fd: int) -> None:
-        self.raise_error()
+        """Hand over ``fd`` (an open, written file): it is fsynced and closed, or closed here at once
+        when an fsync before it failed (whose error is raised)."""
+        if self._error is not None:
+            os.close(fd)
+            self.raise_error()
         self._queue.put(fd)
 
     def finish(self) -> None:

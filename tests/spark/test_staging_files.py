@@ -168,3 +168,27 @@ def test_files_are_staged_the_same_over_raw_sockets(tmp_path: Path) -> None:
                 for r in b.to_pylist()]
         assert sorted(r["uuid"] for r in rows) == sorted(contents) and raw.admin.queued("out") == 0
         assert all(Path(r["path"].removeprefix("file://")).read_bytes() == contents[r["uuid"]] for r in rows)
+
+
+def test_a_failed_fsync_fails_the_round_and_leaks_no_file_descriptor(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # a disk that fails to write back (EIO) cannot be made here: os.fsync is replaced, nothing else
+    import errno
+    import os
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    area = StagingArea(str(tmp_path))
+    scope = batch_scope(5)
+    open_before = len(os.listdir("/proc/self/fd"))
+    data = area.open_data(scope, 0, ARROW_SCHEMA, 0, file_extension="parquet")
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(S2SError, match=r"staging a FlowFile's content as a file failed: \[Errno 5\] Input/output"):
+        for i in range(200):  # the failure surfaces on a later file, or at the latest on commit
+            data.add_file({"uuid": f"u-{i}"}, [b"PAR1"])
+        data.commit()
+    data.discard()
+    monkeypatch.undo()
+    assert len(os.listdir("/proc/self/fd")) == open_before  # every content file's descriptor closed
+    assert _files(area, scope) == [] and not Path(area.path(scope, data.name)).exists()
