@@ -395,23 +395,17 @@ def stage(client: SiteToSiteClient, opts: SparkOptions, part: Partition, staging
     try:
         tx = open_receive(client, part, peer)
         with tx:
-            while extension is None:
-                batch = tx.receive_record_batch(BATCH_ROWS, BATCH_BYTES)
-                if batch is None:
-                    break
-                if staged is None:
-                    staged = staging.open_data(part.scope, part.index, ARROW_SCHEMA, round_)
-                staged.write(batch if in_doubt is None else in_doubt.apply(batch))
-            while extension is not None:
+            if extension is None:
+                while (batch := tx.receive_record_batch(BATCH_ROWS, BATCH_BYTES)) is not None:
+                    staged = staged or staging.open_data(part.scope, part.index, ARROW_SCHEMA, round_)
+                    staged.write(batch if in_doubt is None else in_doubt.apply(batch))
+            else:
                 # recordDelivery=files: each content streams from the wire into its file (no batch
                 # in memory, no second copy); an in-doubt FlowFile's content is read (checksummed) unkept
-                packet = tx.receive(stream=True)
-                if packet is None:
-                    break
-                if staged is None:
-                    staged = staging.open_data(part.scope, part.index, ARROW_SCHEMA, round_, extension)
-                if in_doubt is None or not in_doubt.drops(packet.attributes):
-                    staged.add_file(packet.attributes, packet.chunks())
+                while (packet := tx.receive(stream=True)) is not None:
+                    staged = staged or staging.open_data(part.scope, part.index, ARROW_SCHEMA, round_, extension)
+                    if in_doubt is None or not in_doubt.drops(packet.attributes):
+                        staged.add_file(packet.attributes, packet.chunks())
             received_at = int(time.time() * 1e6)
 
             def manifest(state: RoundState, data: str | None = None, checksum: int = 0,

@@ -331,10 +331,11 @@ class StagedData:
         self._files: list[str] = []  # content files written (full paths)
         self._pending: list[tuple[Any, str, int]] = []  # (attributes, file name, size) not in a batch yet
         self._syncer: _Syncer | None = None  # fsyncs the files (local filesystem), from the first on
-        self._schema = schema
+        self._client_schema = schema  # content, attributes: as the client receives them
         if file_extension is not None:
             schema = with_file_columns(schema)
             area.fs.create_dir(area.path(scope, "files"), recursive=True)
+        self._schema = schema  # what the Arrow file holds
         self._final = area.path(scope, name)
         self._tmp = area.path(scope, f".{name}.{uuid.uuid4().hex}.tmp")
         fs = area.fs
@@ -346,20 +347,15 @@ class StagedData:
         self._done = False
 
     def write(self, batch: pa.RecordBatch) -> None:
-        """Stage a batch of the client's ``content, attributes`` (with ``file_extension``: each
-        content as its file)."""
-        if self._extension is None:
-            self._writer.write_batch(batch)
-            self.rows += batch.num_rows
-            return
-        content, attributes = batch.column(0), batch.column(1).to_pylist()
-        for i in range(batch.num_rows):
-            value = content[i]
-            self.add_file(attributes[i], [value.as_buffer()] if value.is_valid else [])
+        """Stage a batch of the client's ``content, attributes`` (a round staged as files takes
+        :meth:`add_file` instead)."""
+        assert self._extension is None, "a round staged as files takes add_file"
+        self._writer.write_batch(batch)
+        self.rows += batch.num_rows
 
-    def add_file(self, attributes: Any, chunks: Iterable[Any]) -> None:
+    def add_file(self, attributes: Mapping[str, str], chunks: Iterable[Any]) -> None:
         """Stage one FlowFile (``file_extension``): ``chunks`` (bytes-like) written as its file,
-        ``attributes`` (a mapping or key/value pairs) kept in the Arrow file."""
+        ``attributes`` kept in the Arrow file."""
         assert self._extension is not None, "add_file needs the staged data's file_extension"
         area = self._area
         name = f"files/{self.name.removesuffix('.arrow')}-{len(self._files):06d}.{self._extension}"
@@ -369,8 +365,7 @@ class StagedData:
             size = self._write_file(path, chunks)
         except OSError as exc:
             raise S2SError(f"staging a FlowFile's content as a file failed: {exc}") from exc
-        self._pending.append((list(attributes.items()) if isinstance(attributes, Mapping) else attributes,
-                              name, size))
+        self._pending.append((list(attributes.items()), name, size))
         if len(self._pending) >= self.FILE_BATCH:
             self._flush()
 
@@ -404,8 +399,8 @@ class StagedData:
         n = len(names)
         self._pending = []
         self._writer.write_batch(pa.RecordBatch.from_arrays(
-            [pa.nulls(n, self._schema.field(0).type), pa.array(attributes, self._schema.field(1).type),
-             pa.array(names, pa.string()), pa.array(sizes, pa.int64())], schema=with_file_columns(self._schema)))
+            [pa.nulls(n, self._client_schema.field(0).type), pa.array(attributes, self._client_schema.field(1).type),
+             pa.array(names, pa.string()), pa.array(sizes, pa.int64())], schema=self._schema))
         self.rows += n
 
     def commit(self) -> None:

@@ -37,6 +37,12 @@ def _batch(contents: list[bytes | None], first: int = 0) -> pa.RecordBatch:
                                        pa.array(attributes, ARROW_SCHEMA.field(1).type)], schema=ARROW_SCHEMA)
 
 
+def _add(data: Any, contents: list[bytes | None], first: int = 0) -> None:
+    """Stage ``contents`` as the round does, one FlowFile at a time (uuids ``u-<first>``, ...)."""
+    for i, content in enumerate(contents):
+        data.add_file({"uuid": f"u-{first + i}"}, [] if content is None else [content])
+
+
 def _files(area: StagingArea, scope: str) -> list[Path]:
     return sorted(Path(area.path(scope, "files")).glob("*"))
 
@@ -46,8 +52,8 @@ def test_contents_are_written_once_as_files_named_per_attempt(tmp_path: Path) ->
     scope = batch_scope(0)
     contents: list[bytes | None] = [b"PAR1 first", b"", None, bytes(range(256)) * 4000]
     data = area.open_data(scope, 3, ARROW_SCHEMA, 1, file_extension="parquet")
-    data.write(_batch(contents[:2]))
-    data.write(_batch(contents[2:], first=2))
+    _add(data, contents[:2])
+    _add(data, contents[2:], first=2)
     assert not Path(area.path(scope, data.name)).exists()  # the Arrow file is visible only on commit
     data.commit()
     stem = data.name[:-len(".arrow")]
@@ -61,7 +67,7 @@ def test_contents_are_written_once_as_files_named_per_attempt(tmp_path: Path) ->
         assert Path(area.path(scope, name)).read_bytes() == (content or b"")
     # a second attempt of the same round writes files of its own (a zombie never overwrites them)
     other = area.open_data(scope, 3, ARROW_SCHEMA, 1, file_extension="parquet")
-    other.write(_batch([b"zombie"]))
+    _add(other, [b"zombie"])
     other.commit()
     assert len(_files(area, scope)) == 5
     assert all(Path(area.path(scope, n)).read_bytes() == (c or b"") for n, c in zip(names, contents, strict=True))
@@ -73,11 +79,11 @@ def test_a_discarded_or_deleted_round_takes_its_files_with_it(tmp_path: Path) ->
     area = StagingArea(str(tmp_path))
     scope = batch_scope(1)
     dropped = area.open_data(scope, 0, ARROW_SCHEMA, 0, file_extension="json")
-    dropped.write(_batch([b"[]", b"[{}]"]))
+    _add(dropped, [b"[]", b"[{}]"])
     dropped.discard()  # the receive failed before the round was staged
     assert _files(area, scope) == [] and not list(Path(area.path(scope)).glob("*.tmp"))
     kept = area.open_data(scope, 0, ARROW_SCHEMA, 0, file_extension="json")
-    kept.write(_batch([b"[1]", b"[2]", b"[3]"]))
+    _add(kept, [b"[1]", b"[2]", b"[3]"])
     kept.commit()
     assert len(_files(area, scope)) == 3
     m = RoundManifest(scope=scope, partition=0, round=0, state=RoundState.PENDING, planned_peer="h:1", peer="h:1",
