@@ -27,9 +27,17 @@ from typing import Any
 
 from pyspark_s2s.errors import ConfigError
 
-__all__ = ["KINDS", "Fault", "FaultRegistry"]
+__all__ = ["KINDS", "Fault", "FaultRegistry", "checksum_as_sent"]
 
 KINDS = ("fail_next", "delay", "drop_mid_body", "corrupt_checksum", "stall")
+
+
+def checksum_as_sent(checksum: int, fault: Fault | None) -> int:
+    """The CRC32 the server answers or compares with: ``checksum``, or one off it under a
+    ``corrupt_checksum`` fault (both transports, both directions)."""
+    if fault is not None and fault.kind == "corrupt_checksum":
+        return (checksum + 1) & 0xFFFFFFFF
+    return checksum
 
 
 @dataclass

@@ -37,6 +37,7 @@ from pyspark_s2s.protocol.negotiation import (
 )
 from pyspark_s2s.protocol.stream import PacketStreamEncoder
 from pyspark_s2s.server import core, transfer
+from pyspark_s2s.server.faults import checksum_as_sent
 from pyspark_s2s.server.httpbase import NO_CACHE, HandlerBase
 from pyspark_s2s.server.httpio import READ_SIZE, UPLOAD_READ_SIZE, ChunkedWriter
 from pyspark_s2s.server.model import Port, Transaction
@@ -167,9 +168,7 @@ class TransferEndpoints(HandlerBase):
             upload.fail("upload stalled" if isinstance(exc, TimeoutError) else "upload connection broke")
             self.close_connection = True
             raise
-        answer = checksum
-        if fault is not None and fault.kind == "corrupt_checksum":
-            answer = (checksum + 1) & 0xFFFFFFFF
+        answer = checksum_as_sent(checksum, fault)
         self.send_bytes(
             202, str(answer).encode("ascii"), "text/plain", self.common_headers(version)
         )
@@ -213,9 +212,7 @@ class TransferEndpoints(HandlerBase):
             download.fail("download connection broke")
             self.close_connection = True
             raise
-        checksum = encoder.checksum
-        if fault is not None and fault.kind == "corrupt_checksum":
-            checksum = (checksum + 1) & 0xFFFFFFFF
+        checksum = checksum_as_sent(encoder.checksum, fault)
         # hold the transaction before the body ends: a client sends its commit the moment it
         # reads the last chunk (NiFi holds it inside the streaming write, too); held after the
         # end, that commit could find the transaction still TRANSFERRING and get a 500

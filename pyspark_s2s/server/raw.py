@@ -45,7 +45,7 @@ from pyspark_s2s.protocol.codes import Direction, ResponseCode
 from pyspark_s2s.protocol.negotiation import HandshakeProperties
 from pyspark_s2s.protocol.peers import PeerStatus
 from pyspark_s2s.server import core, transfer
-from pyspark_s2s.server.faults import Fault, FaultRegistry
+from pyspark_s2s.server.faults import Fault, FaultRegistry, checksum_as_sent
 from pyspark_s2s.server.listener import NodeListener
 from pyspark_s2s.server.model import Node, Port
 from pyspark_s2s.server.tls import peer_dn
@@ -422,9 +422,7 @@ class RawConnection:
         except BaseException as exc:
             upload.fail("upload stalled" if isinstance(exc, TimeoutError) else f"upload broke: {type(exc).__name__}")
             raise
-        answer = checksum
-        if fault is not None and fault.kind == "corrupt_checksum":
-            answer = (checksum + 1) & 0xFFFFFFFF
+        answer = checksum_as_sent(checksum, fault)
         try:
             self._send(raw.encode_confirm(answer))
             response = self._read(reader.read_response, self._between_requests)
@@ -479,9 +477,7 @@ class RawConnection:
         except BaseException:
             download.fail("download connection broke")
             raise
-        checksum = writer.checksum
-        if fault is not None and fault.kind == "corrupt_checksum":
-            checksum = (checksum + 1) & 0xFFFFFFFF
+        checksum = checksum_as_sent(writer.checksum, fault)
         download.finish(checksum)
         try:
             response = self._read(self.reader.read_response, self._between_requests)
