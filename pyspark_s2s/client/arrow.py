@@ -89,6 +89,10 @@ _LARGE = pa.large_binary()
 _NARROW = _MAX_INT32
 #: headers are scanned once this many new bytes arrived (fewer, larger scans; still pipelined)
 _SCAN_BLOCK = 512 << 10
+#: FlowFiles whose content averages this much are handed out one per batch, as soon as each is
+#: whole: the batch's content then points into the receive buffer (a batch of several would
+#: copy every content into one array)
+ALONE_CONTENT = 128 << 10
 
 
 def _pc() -> ModuleType:
@@ -291,7 +295,9 @@ class BatchReader:
 
     ``read`` returns the next raw body bytes (b'' at the end). Headers are scanned as the bytes
     arrive (so decoding overlaps the server's streaming); a batch is built once ``max_rows``
-    packets or ``max_bytes`` of packet bytes are complete, or at the end of the body. The CRC
+    packets or ``max_bytes`` of packet bytes are complete, or at the end of the body. Large
+    FlowFiles (:data:`ALONE_CONTENT` on average, in the batch before or in what has arrived)
+    come one per batch instead, each as soon as it is whole, without being copied. The CRC
     covers the plain codec bytes of every packet handed out, as NiFi's receiver computes it.
     """
 
@@ -308,6 +314,7 @@ class BatchReader:
         self._counts = array("q")
         self.last_content_bytes = 0
         self.packets = 0
+        self._alone = False  # large FlowFiles: one per batch
 
     @property
     def checksum(self) -> int:
@@ -340,15 +347,21 @@ class BatchReader:
         if max_rows <= 0:
             raise ValueError("max_rows must be positive")
         while True:
+            limit = 1 if self._alone else max_rows
             rows = len(self._counts)
             unscanned = len(self._buf) - self._scanned
-            if rows < max_rows and unscanned and (unscanned >= _SCAN_BLOCK or self._eof):
-                p, sizes, counts = scan_deltas(self._buf, max_rows - rows, self._max_attributes, self._scanned)
+            if rows < limit and unscanned and (unscanned >= _SCAN_BLOCK or self._eof or self._alone):
+                p, sizes, counts = scan_deltas(self._buf, limit - rows, self._max_attributes, self._scanned)
                 if counts:
                     self._sizes.extend(sizes)
                     self._counts.extend(counts)
                     self._scanned = p
-            if len(self._counts) >= max_rows or self._scanned >= max_bytes or self._eof:
+            rows = len(self._counts)
+            if rows >= limit or self._scanned >= max_bytes or self._eof:
+                break
+            if rows and self._scanned >= ALONE_CONTENT * rows:
+                # large FlowFiles: what is whole goes now, and the next come one per batch
+                self._alone = True
                 break
             self._read_more()
         if not self._counts:
@@ -379,6 +392,7 @@ class BatchReader:
         contents = batch.column(0)
         self.last_content_bytes = _k("sum", _k("binary_length", contents)).as_py() or 0
         self.packets += len(counts)
+        self._alone = self.last_content_bytes >= ALONE_CONTENT * len(counts)
         return batch
 
 

@@ -15,9 +15,12 @@ same FlowFile would crash every attempt and end the query (a "poison pill").
 How a round is replayed in record mode:
 
 1. Before the FlowFiles of a staged batch (at most 16,384 FlowFiles or 64 MiB) are parsed, the
-   note names the batch; when the round's rows have all been handed over, the note goes. Writing
-   it costs one small file per staged batch (renamed into place; not fsynced: it must outlive the
-   worker process, not the machine).
+   note names the batch; when the round's rows have all been handed over, the note goes. Large
+   FlowFiles, staged one per batch, are parsed and noted in groups of that size
+   (``rounds.regrouped``: a "batch" here is such a group, numbered in the round; the groups
+   follow from the staged sizes, so every attempt draws the same ones). Writing the note costs
+   one small file per batch (renamed into place; not fsynced: it must outlive the worker
+   process, not the machine).
 2. A task that finds a note left behind knows that an earlier attempt died while that batch was
    parsed (or was killed then: a lost executor, a cancelled task). Before parsing the batch it
    hands the batch's FlowFiles to a child process (records/sandbox.py) that parses each alone:
@@ -88,12 +91,16 @@ class ParseGuard:
 
     # -- before a staged batch ---------------------------------------------------------------
     def begin(self, index: int, batch: Any, rows: Any) -> bool:
-        """Note batch ``index`` before its parse; returns whether it must be parsed carefully
-        (an earlier attempt died while parsing it). ``rows`` is the read's
-        :class:`~pyspark_s2s.spark.rows.RecordRows` (format, schema, settings for the child)."""
+        """Note batch ``index`` (a staged batch, or a group of them: a list) before its parse;
+        returns whether it must be parsed carefully (an earlier attempt died while parsing it).
+        ``rows`` is the read's :class:`~pyspark_s2s.spark.rows.RecordRows` (format, schema,
+        settings for the child)."""
         careful = self.left is not None and self.left.get("batch") == index
         if careful:
             assert self.left is not None
+            if isinstance(batch, list):
+                import pyarrow as pa
+                batch = batch[0] if len(batch) == 1 else pa.concat_batches(batch)
             keys = flowfile_keys(batch, index)
             found = self._settle(self.left, index, batch, keys, rows)
             if found:

@@ -542,29 +542,55 @@ def replay(staging: StagingArea, m: RoundManifest, rows: Rows) -> Iterator[Any]:
         return
     # an in-doubt round leaves out what other partitions of its batch read again before it was settled
     elsewhere = read_elsewhere(staging, m) if m.resolution is Resolution.AMBIGUOUS_KEPT else None
-    # record mode: each staged batch's parse is noted first, so a worker that dies parsing it does
-    # not die again on the same FlowFile in the retried task (spark/crashguard.py)
+    # record mode: each group of staged batches is noted before its parse, so a worker that dies
+    # parsing it does not die again on the same FlowFile in the retried task (spark/crashguard.py)
     # (a note outlives only the process dying: any exception, or Spark closing the rows early, clears it)
     guard = ParseGuard(staging, m) if isinstance(rows, RecordRows) else None
+    staged = staging.read_data(m.scope, m.data)
     try:
-        for index, batch in enumerate(staging.read_data(m.scope, m.data)):
-            if elsewhere is not None:
-                batch, _ = drop_uuids(batch, elsewhere)
-            if guard is not None and isinstance(rows, RecordRows):
-                careful = guard.begin(index, batch, rows)
-                yield from rows.output(batch, peer=m.peer, transaction_id=m.transaction_id,
+        if guard is not None and isinstance(rows, RecordRows):
+            for index, group in enumerate(regrouped(staged)):
+                if elsewhere is not None:
+                    group = [drop_uuids(batch, elsewhere)[0] for batch in group]
+                careful = guard.begin(index, group, rows)
+                yield from rows.output(group, peer=m.peer, transaction_id=m.transaction_id,
                                        received_at_us=m.received_at_us, guard=guard, index=index, careful=careful)
-            elif isinstance(rows, FileRows):  # recordDelivery=files: written as files, not parsed
-                yield from rows.output(batch, peer=m.peer, transaction_id=m.transaction_id,
-                                       received_at_us=m.received_at_us, files=(staging, m, index))
-            else:
-                yield from rows.output(batch, peer=m.peer, transaction_id=m.transaction_id,
-                                       received_at_us=m.received_at_us)
+        else:
+            for index, batch in enumerate(staged):
+                if elsewhere is not None:
+                    batch, _ = drop_uuids(batch, elsewhere)
+                if isinstance(rows, FileRows):  # recordDelivery=files: written as files, not parsed
+                    yield from rows.output(batch, peer=m.peer, transaction_id=m.transaction_id,
+                                           received_at_us=m.received_at_us, files=(staging, m, index))
+                else:
+                    yield from rows.output(batch, peer=m.peer, transaction_id=m.transaction_id,
+                                           received_at_us=m.received_at_us)
     finally:
         if guard is not None:
             guard.finish()
     rows.end_round(f"nifi-s2s partition {m.partition} of {m.scope} round {m.round} "
                    f"(peer {m.peer}, transaction {m.transaction_id})")
+
+
+def regrouped(batches: Iterator[Any]) -> Iterator[list[Any]]:
+    """Staged batches in groups of up to :data:`BATCH_ROWS` FlowFiles and :data:`BATCH_BYTES`,
+    the batches a receive of small FlowFiles gives: large FlowFiles are received and staged one
+    per batch (``client.arrow.ALONE_CONTENT``: their contents are never copied into one array),
+    and a record-mode replay notes (spark/crashguard.py), parses and hands them on in groups, as
+    it does small ones. The groups follow from the staged batches' sizes, so every replay of a
+    round draws the same ones."""
+    group: list[Any] = []
+    rows = size = 0
+    for batch in batches:
+        n, nbytes = batch.num_rows, batch.nbytes
+        if group and (rows + n > BATCH_ROWS or size + nbytes > BATCH_BYTES):
+            yield group
+            group, rows, size = [], 0, 0
+        group.append(batch)
+        rows += n
+        size += nbytes
+    if group:
+        yield group
 
 
 def forget_through(staging: StagingArea, batch: int, retention: float) -> int:

@@ -30,7 +30,7 @@ from pyspark_s2s.spark.schema import (
     uuid_column,
 )
 
-__all__ = ["FileRows", "FlowFileRows", "RecordRows", "Rows", "make_rows"]
+__all__ = ["FileRows", "FlowFileRows", "RecordRows", "Rows", "joined", "make_rows"]
 
 logger = logging.getLogger("pyspark_s2s.spark.schema")  # the name its WARN lines have always had
 
@@ -167,15 +167,22 @@ class RecordRows:
 
     def output(self, batch: Any, *, peer: str, transaction_id: str, received_at_us: int,
                guard: Any = None, index: int = 0, careful: bool = False) -> Iterator[Any]:
-        """The rows of the FlowFiles in one staged batch (``content``, ``attributes``).
+        """The rows of the FlowFiles in one staged batch (``content``, ``attributes``), or in a
+        group of them (a list: ``rounds.regrouped``).
 
-        ``guard`` (a :class:`~pyspark_s2s.spark.crashguard.ParseGuard`, with the batch's ``index``
+        ``guard`` (a :class:`~pyspark_s2s.spark.crashguard.ParseGuard`, with the group's ``index``
         in its round) names the poison FlowFiles, which are malformed without a parse; ``careful``
         parses one FlowFile at a time, each noted with the guard first (spark/crashguard.py)."""
+        import itertools
+
+        batches = batch if isinstance(batch, list) else [batch]
         pending: list[Any] = []
         size = 0
-        parts = self._parts(batch, peer, transaction_id) if guard is None or not (careful or guard.poison) \
-            else self._careful_parts(batch, peer, transaction_id, guard, index, careful)
+        parts: Iterator[Any]
+        if guard is None or not (careful or guard.poison):
+            parts = itertools.chain.from_iterable(self._parts(b, peer, transaction_id) for b in batches)
+        else:
+            parts = self._careful_parts(joined(batches), peer, transaction_id, guard, index, careful)
         for part in parts:
             pending.append(part)
             size += part.num_rows
@@ -411,6 +418,12 @@ class RecordRows:
                            "one row of nulls each" if self.mode == "PERMISSIVE" else "dropped", shown, more)
         self.malformed = []
         self.flow_files = 0
+
+
+def joined(batches: list[Any]) -> Any:
+    """One batch of the staged batches of a group (the FlowFiles in order)."""
+    import pyarrow as pa
+    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
 
 
 #: what turns staged FlowFiles into output batches

@@ -81,6 +81,37 @@ def test_batches_of_same_shape_packets_equal_the_decoder(packets, step, scan_blo
     test_batches_equal_the_decoder.hypothesis.inner_test(packets, step, False, scan_block)  # type: ignore[attr-defined]
 
 
+@given(packets_st, st.integers(min_value=1, max_value=97), st.sampled_from([1, 50, 512 << 10]),
+       st.sampled_from([1, 60, 250]))
+def test_batches_with_large_flowfiles_alone_equal_the_decoder(packets, step, scan_block, alone):
+    # FlowFiles of ``alone`` bytes or more on average go one per batch: same packets, same CRC
+    saved = arrow_mod.ALONE_CONTENT
+    arrow_mod.ALONE_CONTENT = alone
+    try:
+        test_batches_equal_the_decoder.hypothesis.inner_test(packets, step, False, scan_block)  # type: ignore[attr-defined]
+    finally:
+        arrow_mod.ALONE_CONTENT = saved
+
+
+def test_large_flowfiles_come_one_per_batch_without_a_copy():
+    big = 3 * arrow_mod.ALONE_CONTENT  # the first 512 KiB scanned hold one of them whole
+    packets = [({"uuid": f"{i:036d}"}, bytes([i]) * (big + 1000 * i)) for i in range(6)]
+    packets += [({"uuid": f"s{i:035d}"}, b"small") for i in range(30)]
+    wire = b"".join(encode_packet(a, c) for a, c in packets)
+    batches = drain(reader_over(wire, 64 << 10), max_rows=100)
+    assert rows(batches) == packets
+    sizes = [b.num_rows for b in batches]
+    # one large FlowFile per batch; after them, the first small one alone (the batch before was
+    # large), then the small ones together again
+    assert sizes == [1] * 6 + [1, 29]
+    for (_, body), b in zip(packets, batches[:6]):
+        content = b.column(0)
+        start, end = pa.Array.from_buffers(pa.int32(), 2, [None, content.buffers()[1]]).to_pylist()
+        # the content is a window on the receive buffer, after the packet's header: not a copy
+        assert start >= 4 + 4 + 4 + 36 + 8 and end - start == len(body)
+        assert content.buffers()[2].size >= end
+
+
 @pytest.mark.parametrize("narrow", [1 << 31, 10])
 def test_batches_past_the_kept_index_size_equal_the_decoder(monkeypatch, narrow):
     # index arrays are reused only for batches up to _KEEP_INDEX fields; larger ones compute theirs;
