@@ -136,6 +136,10 @@ def _per_value(arr: pa.Array, t: pa.DataType, from_digits: Any, from_text: Any) 
     ``from_digits``, other text by ``from_text``."""
     if pa.types.is_large_string(arr.type):
         arr = pc.cast(arr, pa.string())
+    if pc.all(pc.ascii_is_decimal(arr)).as_py():
+        # only digits (NiFi's epoch milliseconds, the usual case): each matches _DIGITS, and
+        # this check costs a tenth of the regular expression's
+        return pc.cast(from_digits(arr), t)
     digits = pc.match_substring_regex(arr, _DIGITS)
     count = pc.sum(digits).as_py() or 0
     if count == len(arr) - arr.null_count:

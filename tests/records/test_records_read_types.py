@@ -348,6 +348,24 @@ def test_ntz_from_csv() -> None:
     assert [r["t"] for r in got] == [WALL.replace(tzinfo=UTC), WALL.replace(tzinfo=UTC), None, WALL.replace(tzinfo=UTC)]
 
 
+@pytest.mark.parametrize("extra", [[], ["-86400000"], [" 0 "], ["0x10"], ["+5"], ["١٢"]])
+def test_csv_epoch_ms_columns_of_digits_and_other_forms(extra: list[str]) -> None:
+    # a column of digits only (NiFi's default) takes a short way; any other form the long one
+    values = [str(MS + i) for i in range(50)] + extra
+    content = ("t\n" + "\n".join(f'"{v}"' for v in values) + "\n").encode()
+    epoch = dt.datetime(1970, 1, 1, tzinfo=UTC)
+    expected = [WALL.replace(tzinfo=UTC) + dt.timedelta(milliseconds=i) for i in range(50)]
+    if extra == ["-86400000"]:
+        expected.append(epoch - dt.timedelta(days=1))
+    elif extra == [" 0 "]:
+        expected.append(epoch)
+    if len(expected) == len(values):
+        assert [r["t"] for r in rows(content, "csv", pa.schema([("t", UTC_US)]))] == expected
+    else:  # not epoch milliseconds, nor ISO text: malformed, as before
+        with pytest.raises(MalformedRecordSet):
+            rows(content, "csv", pa.schema([("t", UTC_US)]))
+
+
 def test_ntz_and_timestamp_from_avro_timestamps_and_local_timestamps() -> None:
     us = MS * 1000 + 456
     wall_us = WALL.replace(microsecond=123456)
