@@ -545,12 +545,64 @@ class _Thrift:
 
 
 #: a Parquet column chunk as its footer describes it
-ParquetChunk = tuple[int, tuple[str, ...], int, int, int, int, int, int]
+ParquetChunk = tuple[int, tuple[str, ...], int, int, int, int, int, int, int]
+
+
+def _compact(fields: list[tuple[int, int, Any]]) -> bytes:
+    """A thrift compact-protocol struct of ``fields`` ((id, kind, value), ids ascending; kinds:
+    5 i32, 6 i64, 8 binary, 9 list of (element kind, values), 12 struct (its fields))."""
+    out = bytearray()
+    last = 0
+
+    def varint(n: int) -> None:
+        while n >= 0x80:
+            out.append((n & 0x7F) | 0x80)
+            n >>= 7
+        out.append(n)
+
+    def value(kind: int, v: Any) -> None:
+        if kind in (5, 6):
+            varint((v << 1) ^ (v >> 63))
+        elif kind == 8:
+            varint(len(v))
+            out.extend(v)
+        elif kind == 12:
+            out.extend(_compact(v))
+        else:  # a list
+            element, items = v
+            out.append((len(items) << 4) | element if len(items) < 15 else 0xF0 | element)
+            if len(items) >= 15:
+                varint(len(items))
+            for item in items:
+                value(element, item)
+
+    for fid, kind, v in fields:
+        out.append(((fid - last) << 4) | kind)
+        last = fid
+        value(kind, v)
+    out.append(0)
+    return bytes(out)
+
+
+def parquet_values_file(page: Any, count: int, uncompressed: int, codec: int) -> bytes:
+    """A Parquet file of one required BYTE_ARRAY column ``v`` whose one data page is ``page``:
+    ``count`` values PLAIN-encoded, ``uncompressed`` bytes once ``codec`` (Parquet's number)
+    decompresses it. A dictionary page of text (PLAIN-encoded entries) read so is its entries
+    as a plain string column: a dictionary's longest entry, found without building a dictionary."""
+    header = _compact([(1, 5, 0), (2, 5, uncompressed), (3, 5, len(page)),
+                       (5, 12, [(1, 5, count), (2, 5, 0), (3, 5, 3), (4, 5, 3)])])
+    start = 4
+    chunk = [(1, 5, 6), (2, 9, (5, [0])), (3, 9, (8, [b"v"])), (4, 5, codec), (5, 6, count),
+             (6, 6, len(header) + uncompressed), (7, 6, len(header) + len(page)), (9, 6, start)]
+    footer = _compact([(1, 5, 1), (2, 9, (12, [[(4, 8, b"schema"), (5, 5, 1)], [(1, 5, 6), (3, 5, 0), (4, 8, b"v")]])),
+                       (3, 6, count), (4, 9, (12, [[(1, 9, (12, [[(2, 6, start), (3, 12, chunk)]])),
+                                                   (2, 6, len(header) + uncompressed), (3, 6, count)]]))])
+    return b"".join((b"PAR1", header, bytes(page), footer, len(footer).to_bytes(4, "little"), b"PAR1"))
 
 
 def parquet_chunks(data: Any, size: int) -> tuple[int, list[ParquetChunk]]:
     """(rows, [(row group, leaf path, physical type, values, uncompressed bytes, compressed bytes,
-    first page offset, fixed length)]) of a Parquet file's footer, read here (pyarrow's accessor of
+    first page offset, fixed length, codec)]) of a Parquet file's footer, read here (pyarrow's accessor of
     a column chunk's metadata aborts the process on some corrupt footers, and so does its reader on
     a row group of -65,536 rows: docs/reliability.md). The row groups' rows must be at least 0
     and add up to the file's."""
@@ -583,7 +635,7 @@ def parquet_chunks(data: Any, size: int) -> tuple[int, list[ParquetChunk]]:
                 path = tuple(p.decode("utf-8", "replace") for p in field(m, 3, list) if isinstance(p, bytes))
                 fixed = leaf_lengths[j] if j < len(leaf_lengths) else 0
                 chunks.append((i, path, field(m, 1, int), field(m, 5, int), field(m, 6, int), field(m, 7, int),
-                               first, fixed))
+                               first, fixed, field(m, 4, int, 0)))
     except MalformedRecordSet:
         raise
     except (ValueError, IndexError, KeyError, TypeError, AttributeError) as exc:
@@ -591,8 +643,9 @@ def parquet_chunks(data: Any, size: int) -> tuple[int, list[ParquetChunk]]:
     return rows, chunks
 
 
-def parquet_pages(data: Any, start: int, end: int, values: int) -> Iterator[tuple[int, int, int, int]]:
-    """(page type, uncompressed size, value count, encoding) of each page of a Parquet column chunk at
+def parquet_pages(data: Any, start: int, end: int, values: int) -> Iterator[tuple[int, int, int, int, int, int]]:
+    """(page type, uncompressed size, value count, encoding, where its data starts, its compressed
+    size) of each page of a Parquet column chunk at
     ``start:end`` of ``data`` (bytes or a memoryview), read from the page headers as pyarrow
     reads them: until ``values`` values (the chunk's count in the footer) have been seen. Raises
     MalformedRecordSet when a header is not one or a page does not fit the chunk."""
@@ -623,5 +676,5 @@ def parquet_pages(data: Any, start: int, end: int, values: int) -> Iterator[tupl
             raise MalformedRecordSet(f"page {n} of a Parquet column chunk claims {count} values")
         if kind != 2:  # a dictionary page's values are not the column's
             seen += count
+        yield kind, uncompressed, count, encoding, pos, compressed
         pos += compressed
-        yield kind, uncompressed, count, encoding

@@ -84,9 +84,10 @@ def _check_parquet(pf: Any, buf: pa.Buffer, wanted: list[str], target: pa.Schema
     view = memoryview(buf).cast("B")
     rows, chunks = limits.parquet_chunks(view, size)
     budget.rows(max(rows, pf.metadata.num_rows), row_bytes(target), "the Parquet footer")
-    referred: dict[str, list[tuple[int, int, int, int]]] = {}  # text column -> (row group, refs, dict bytes, entries)
+    # text column -> (row group, refs, dict bytes, entries, the dictionary page: where, compressed size, codec)
+    referred: dict[str, list[DictionaryPage]] = {}
     claimed = values = 0
-    for group, path, physical, count_values, uncompressed_total, length, start, fixed in chunks:
+    for group, path, physical, count_values, uncompressed_total, length, start, fixed, codec in chunks:
         if not path or path[0] not in wanted:
             continue
         name = ".".join(path)
@@ -95,18 +96,20 @@ def _check_parquet(pf: Any, buf: pa.Buffer, wanted: list[str], target: pa.Schema
                                      f"{start}..{start + length} of a {size}-byte file")
         claimed += max(0, uncompressed_total)
         width = _PHYSICAL_WIDTH.get(physical, max(fixed, 4)) + 1
-        seen = refs = dict_bytes = entries = 0
-        for kind, uncompressed, count, encoding in limits.parquet_pages(view, start, start + length, count_values):
+        seen = refs = dict_bytes = entries = page_at = page_size = 0
+        for kind, uncompressed, count, encoding, at, size_ in limits.parquet_pages(view, start, start + length,
+                                                                                   count_values):
             budget.inflated(uncompressed, "the Parquet pages")
             if kind == 2:  # a dictionary page
-                dict_bytes, entries = uncompressed, count
+                dict_bytes, entries, page_at, page_size = uncompressed, count, at, size_
             else:
                 seen += count
                 if encoding in (2, 8):  # PLAIN_DICTIONARY, RLE_DICTIONARY: values that refer to the dictionary
                     refs += count
         values += max(seen, count_values) * width
         if refs and dict_bytes and physical in (6, 7) and len(path) == 1:
-            referred.setdefault(path[0], []).append((group, refs, dict_bytes, entries))
+            referred.setdefault(path[0], []).append(
+                (group, refs, dict_bytes, entries, page_at, page_size, codec if physical == 6 else -1))
     if claimed > budget.limit:
         raise budget.refuse(f"the Parquet footer says its pages hold {claimed} bytes uncompressed")
     if values > budget.limit:
@@ -118,11 +121,17 @@ def _check_parquet(pf: Any, buf: pa.Buffer, wanted: list[str], target: pa.Schema
             continue  # not text, or read as a dictionary anyway (pyarrow's own files say so)
         # a value takes at most what the dictionary holds beside its entries' 4-byte lengths; when
         # even that bound fits, nothing need be checked; else the longest entry is looked up
-        bound = sum(refs * max(0, dict_bytes - 4 * entries) for _, refs, dict_bytes, entries in found)
+        bound = sum(refs * max(0, dict_bytes - 4 * entries) for _, refs, dict_bytes, entries, *_ in found)
         if budget.handed_on + bound > budget.limit and \
                 budget.handed_on + _parquet_longest(buf, pf, name, found) > budget.limit:
             dictionaries.append(name)
     return dictionaries
+
+
+#: a text column's dictionary page in one row group: (row group, values that refer to it, its
+#: bytes uncompressed, its entries, where its data starts, its compressed size, the chunk's codec
+#: (-1: not BYTE_ARRAY))
+DictionaryPage = tuple[int, int, int, int, int, int, int]
 
 
 def _is_text(t: pa.DataType) -> bool:
@@ -130,18 +139,48 @@ def _is_text(t: pa.DataType) -> bool:
         pa.types.is_large_binary(t)
 
 
-def _parquet_longest(buf: pa.Buffer, pf: Any, name: str, chunks: list[tuple[int, int, int, int]]) -> int:
+def _parquet_longest(buf: pa.Buffer, pf: Any, name: str, chunks: list[DictionaryPage]) -> int:
     """The most bytes the rows of ``chunks`` can refer to in column ``name``: their count times
-    the longest entry of their row group's dictionary (read by pyarrow with one row)."""
-    probe = _parquet_file(buf, metadata=pf.metadata, read_dictionary=[name])
+    the longest entry of their row group's dictionary. The dictionary page is read as the one
+    page of a file of its own, a plain text column (no dictionary is built: a tenth of reading
+    the column as a dictionary); by pyarrow as a dictionary column when that does not read."""
     total = 0
-    for group, refs, _, _ in chunks:
+    left = []
+    for chunk in chunks:
+        longest = _dictionary_longest(buf, chunk)
+        if longest is None:
+            left.append(chunk)
+        else:
+            total += chunk[1] * longest
+    if not left:
+        return total
+    probe = _parquet_file(buf, metadata=pf.metadata, read_dictionary=[name])
+    for group, refs, *_ in left:
         batch = next(probe.iter_batches(batch_size=1, row_groups=[group], columns=[name], use_threads=False), None)
         column = None if batch is None else batch.column(0)
         if column is None or not pa.types.is_dictionary(column.type) or not len(column.dictionary):
             continue
         total += refs * (pc.max(pc.binary_length(column.dictionary)).as_py() or 0)
     return total
+
+
+def _dictionary_longest(buf: pa.Buffer, chunk: DictionaryPage) -> int | None:
+    """The longest entry of a BYTE_ARRAY column chunk's dictionary page (its entries PLAIN-encoded,
+    read as a page of text values: ``limits.parquet_values_file``), or None when it does not read
+    so. It takes the page's uncompressed size in memory, which the budget already counted."""
+    import pyarrow.parquet as pq
+
+    _, _, uncompressed, entries, at, size, codec = chunk
+    if codec < 0 or not entries:
+        return None
+    try:
+        page = limits.parquet_values_file(memoryview(buf)[at:at + size], entries, uncompressed, codec)
+        values = pq.ParquetFile(pa.BufferReader(page)).read_row_group(0, use_threads=False).column(0)
+    except _PARQUET_ERRORS:
+        return None
+    if len(values) != entries:
+        return None
+    return int(pc.max(pc.binary_length(values)).as_py() or 0)
 
 
 def _parquet_schema(buf: pa.Buffer) -> pa.Schema:

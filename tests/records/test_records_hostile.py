@@ -220,6 +220,42 @@ def test_a_dictionary_value_every_row_refers_to() -> None:
     assert rows(few, "parquet", pa.schema([("s", pa.string())]), SMALL) == [{"s": big}] * 8
 
 
+def _dictionary_pages(data: bytes) -> list[Any]:
+    """Each text column chunk's dictionary page, as parquet_read's check records it."""
+    from pyspark_s2s.records import limits
+    view = memoryview(data)
+    found = []
+    for group, _, physical, values, _, length, start, _, codec in limits.parquet_chunks(view, len(data))[1]:
+        for kind, uncompressed, count, _, at, size in limits.parquet_pages(view, start, start + length, values):
+            if kind == 2:
+                found.append((group, values, uncompressed, count, at, size, codec if physical == 6 else -1))
+    return found
+
+
+@pytest.mark.parametrize("compression", ["none", "snappy", "gzip", "brotli", "zstd", "lz4"])
+def test_a_dictionarys_longest_entry_is_read_from_its_page_alone(compression: str) -> None:
+    from pyspark_s2s.records.parquet_read import _dictionary_longest
+    column = [None if i % 11 == 0 else "é" * (i % 37) + f"-{i % 500}" for i in range(6000)]
+    data = parquet(pa.table({"s": column}), compression=compression, row_group_size=2500, use_dictionary=True)
+    pages = _dictionary_pages(data)
+    assert len(pages) == 3  # one per row group
+    table = pq.ParquetFile(io.BytesIO(data), read_dictionary=["s"])
+    for page in pages:
+        dictionary = table.read_row_group(page[0]).column(0).chunk(0).dictionary
+        assert _dictionary_longest(pa.py_buffer(data), page) == max(len(v.encode()) for v in dictionary.to_pylist())
+
+
+def test_a_dictionary_page_that_does_not_read_alone_is_left_to_the_dictionary_read() -> None:
+    from pyspark_s2s.records.parquet_read import _dictionary_longest
+    data = parquet(pa.table({"s": ["abc", "de"] * 100}), compression="none", use_dictionary=True)
+    page = _dictionary_pages(data)[0]
+    assert _dictionary_longest(pa.py_buffer(data), page) == 3
+    lying = (*page[:3], page[3] + 5, *page[4:])  # more entries than the page holds
+    assert _dictionary_longest(pa.py_buffer(data), lying) is None
+    fixed = (*page[:6], -1)  # a FIXED_LEN_BYTE_ARRAY column's: not read so
+    assert _dictionary_longest(pa.py_buffer(data), fixed) is None
+
+
 def test_text_that_is_not_utf8_in_a_parquet_string_column() -> None:
     data = parquet(pa.table({"s": ["hello", "world"]}), compression="none", use_dictionary=False,
                    write_statistics=False)
