@@ -237,10 +237,32 @@ def ends_to_record_batch(data: bytes | bytearray, ends: array, counts: array) ->
 
 def sizes_to_record_batch(data: bytes | bytearray, sizes: array, counts: array) -> pa.RecordBatch:
     """Build the record batch from :func:`scan_deltas` output from offset 0 (C++ loops only)."""
+    if len(counts) == 1 and len(data) < _MAX_INT32:
+        return _one_packet(data, sizes)
     d = _arr(sizes, pa.int64())
     if len(d) and _k("min", d).as_py() < 4:
         raise ProtocolError("negative attribute length in the packet stream")
     return _record_batch(data, _k("cumulative_sum", d), counts)
+
+
+def _one_packet(data: bytes | bytearray, sizes: array) -> pa.RecordBatch:
+    """The record batch of one packet (a large FlowFile comes alone): its few attributes decoded
+    here, its content a window on ``data`` (the kernels of a batch cost more than that here)."""
+    if min(sizes) < 4:
+        raise ProtocolError("negative attribute length in the packet stream")
+    pos = sizes[0]  # past the attribute count
+    fields = []
+    for size in sizes[1:-1]:
+        fields.append(bytes(data[pos + 4:pos + size]))
+        pos += size
+    if sizes[-1] < 8:
+        raise ProtocolError("negative content length in the packet stream")
+    names = [b.decode("utf-8", "replace") for b in fields[0::2]]
+    values = [b.decode("utf-8", "replace") for b in fields[1::2]]
+    bounds = pa.array([pos + 8, pos + sizes[-1]], pa.int32())
+    content = pa.Array.from_buffers(pa.binary(), 1, [None, bounds.buffers()[1], pa.py_buffer(data)])
+    attributes = pa.array([list(zip(names, values, strict=True))], ARROW_SCHEMA.field(1).type)
+    return pa.RecordBatch.from_arrays([content, attributes], schema=ARROW_SCHEMA)
 
 
 def _record_batch(data: bytes | bytearray, e: pa.Array, counts: array) -> pa.RecordBatch:

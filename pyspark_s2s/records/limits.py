@@ -584,7 +584,7 @@ def _compact(fields: list[tuple[int, int, Any]]) -> bytes:
     return bytes(out)
 
 
-def parquet_values_file(page: Any, count: int, uncompressed: int, codec: int) -> bytes:
+def parquet_values_file(page: Any, count: int, uncompressed: int, codec: int) -> pa.Buffer:
     """A Parquet file of one required BYTE_ARRAY column ``v`` whose one data page is ``page``:
     ``count`` values PLAIN-encoded, ``uncompressed`` bytes once ``codec`` (Parquet's number)
     decompresses it. A dictionary page of text (PLAIN-encoded entries) read so is its entries
@@ -597,7 +597,16 @@ def parquet_values_file(page: Any, count: int, uncompressed: int, codec: int) ->
     footer = _compact([(1, 5, 1), (2, 9, (12, [[(4, 8, b"schema"), (5, 5, 1)], [(1, 5, 6), (3, 5, 0), (4, 8, b"v")]])),
                        (3, 6, count), (4, 9, (12, [[(1, 9, (12, [[(2, 6, start), (3, 12, chunk)]])),
                                                    (2, 6, len(header) + uncompressed), (3, 6, count)]]))])
-    return b"".join((b"PAR1", header, bytes(page), footer, len(footer).to_bytes(4, "little"), b"PAR1"))
+    # written into Arrow's memory pool, which keeps freed memory for the next one (a bytes object
+    # of this size is fresh memory from the system each time: a page fault per 4 KiB)
+    parts = (b"PAR1", header, memoryview(page).cast("B"), footer, len(footer).to_bytes(4, "little"), b"PAR1")
+    out = pa.allocate_buffer(sum(len(p) for p in parts))
+    view = memoryview(out).cast("B")
+    at = 0
+    for part in parts:
+        view[at:at + len(part)] = part
+        at += len(part)
+    return out
 
 
 def parquet_chunks(data: Any, size: int) -> tuple[int, list[ParquetChunk]]:

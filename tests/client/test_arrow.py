@@ -93,6 +93,22 @@ def test_batches_with_large_flowfiles_alone_equal_the_decoder(packets, step, sca
         arrow_mod.ALONE_CONTENT = saved
 
 
+@given(st.dictionaries(st.text(max_size=20), st.text(max_size=20), max_size=6), st.binary(max_size=300),
+       st.binary(max_size=8))
+def test_a_batch_of_one_packet_equals_the_kernels_batch(attributes, content, bad):
+    # one packet is built apart (its attributes decoded in Python): the same batch as the kernels',
+    # invalid UTF-8 replaced the same way
+    pairs = [(k.encode(), v.encode()) for k, v in attributes.items()] + [(b"k", bad)]
+    wire = bytearray(len(pairs).to_bytes(4, "big"))
+    for k, v in pairs:
+        wire += len(k).to_bytes(4, "big") + k + len(v).to_bytes(4, "big") + v
+    wire += len(content).to_bytes(8, "big") + content
+    _, sizes, counts = arrow_mod.scan_deltas(wire, 1)
+    alone = arrow_mod.sizes_to_record_batch(wire, sizes, counts)
+    kernels = arrow_mod._record_batch(wire, arrow_mod._k("cumulative_sum", arrow_mod._arr(sizes, pa.int64())), counts)
+    assert alone.equals(kernels)
+
+
 def test_large_flowfiles_come_one_per_batch_without_a_copy():
     big = 3 * arrow_mod.ALONE_CONTENT  # the first 512 KiB scanned hold one of them whole
     packets = [({"uuid": f"{i:036d}"}, bytes([i]) * (big + 1000 * i)) for i in range(6)]
