@@ -81,14 +81,15 @@ def test_batches_of_same_shape_packets_equal_the_decoder(packets, step, scan_blo
     test_batches_equal_the_decoder.hypothesis.inner_test(packets, step, False, scan_block)  # type: ignore[attr-defined]
 
 
-@given(packets_st, st.integers(min_value=1, max_value=97), st.sampled_from([1, 50, 512 << 10]),
+@given(packets_st, st.integers(min_value=1, max_value=97), st.booleans(), st.sampled_from([1, 50, 512 << 10]),
        st.sampled_from([1, 60, 250]))
-def test_batches_with_large_flowfiles_alone_equal_the_decoder(packets, step, scan_block, alone):
+def test_batches_with_large_flowfiles_alone_equal_the_decoder(packets, step, compressed, scan_block, alone):
     # FlowFiles of ``alone`` bytes or more on average go one per batch: same packets, same CRC
     saved = arrow_mod.ALONE_CONTENT
     arrow_mod.ALONE_CONTENT = alone
     try:
-        test_batches_equal_the_decoder.hypothesis.inner_test(packets, step, False, scan_block)  # type: ignore[attr-defined]
+        test_batches_equal_the_decoder.hypothesis.inner_test(  # type: ignore[attr-defined]
+            packets, step, compressed, scan_block)
     finally:
         arrow_mod.ALONE_CONTENT = saved
 
