@@ -1,9 +1,10 @@
 """Spark read end to end next to the client's own Arrow receive, from the same server, same run.
 
-    .venv/bin/python -m bench.spark_read [--flowfiles N] [--rounds R] [--partitions P]
+    .venv/bin/python -m bench.spark_read [--flowfiles N] [--rounds R] [--partitions P] [--content-bytes B]
 
 Each round fills the reference server's output port with N small FlowFiles (100 B of content, 3
-attributes: the issue's shape) and drains it twice, alternating the order between rounds:
+attributes: the issue's shape; ``--content-bytes 1048576 --flowfiles 1000`` for 1 MiB FlowFiles)
+and drains it twice, alternating the order between rounds:
 
 * client: ``SiteToSiteClient`` receive transactions straight into Arrow record batches
   (``receive_record_batch``), the fastest the client can take the bytes;
@@ -216,6 +217,7 @@ def register_ceiling(spark: Any) -> None:
             self.rows = int(options["rows"])
             self.per_batch = int(options["perBatch"])
             self.flowfiles = options.get("mode") == "flowfiles"
+            self.content_bytes = int(options.get("contentBytes", len(CONTENT)))
 
         def initialOffset(self) -> dict[str, int]:
             return {"i": 0}
@@ -232,7 +234,7 @@ def register_ceiling(spark: Any) -> None:
         def read(self, partition: InputPartition) -> Any:
             if self.flowfiles:
                 from bench.spark_read import flowfile_batch
-                yield from repeat_batch(flowfile_batch(self.per_batch), self.rows)
+                yield from repeat_batch(flowfile_batch(self.per_batch, self.content_bytes), self.rows)
                 return
             from pyspark.sql.pandas.types import to_arrow_schema
             from pyspark.sql.types import (
@@ -278,9 +280,10 @@ def repeat_batch(batch: Any, rows: int) -> Iterator[Any]:
         left -= batch.num_rows
 
 
-def flowfile_batch(n: int) -> Any:
+def flowfile_batch(n: int, content_bytes: int = len(CONTENT)) -> Any:
     """n rows as the one-row-per-FlowFile source yields them for this bench's FlowFiles (100 B of
-    content; the 3 attributes plus the server's uuid, s2s.host, s2s.address)."""
+    content unless ``content_bytes`` says otherwise; the 3 attributes plus the server's uuid,
+    s2s.host, s2s.address)."""
     import uuid
 
     import pyarrow as pa
@@ -291,7 +294,7 @@ def flowfile_batch(n: int) -> Any:
     attrs = [[*ATTRS.items(), ("uuid", u), ("s2s.host", "127.0.0.1"), ("s2s.address", "127.0.0.1:12345")]
              for u in uuids]
     return pa.RecordBatch.from_arrays([
-        pa.array([CONTENT] * n, schema.field("content").type),
+        pa.array([b"x" * content_bytes] * n, schema.field("content").type),
         pa.array(attrs, schema.field("attributes").type),
         pa.array(uuids, schema.field("uuid").type),
         pa.array(["127.0.0.1:12345"] * n, schema.field("peer").type),
@@ -303,7 +306,7 @@ def flowfile_batch(n: int) -> Any:
 def ceiling(spark: Any, rows: int, per_batch: int, work: Path, mode: str = "records") -> tuple[float, float]:
     shutil.rmtree(work, ignore_errors=True)
     df = (spark.readStream.format("bench-ceiling").option("rows", str(rows)).option("perBatch", str(per_batch))
-          .option("mode", mode).load())
+          .option("mode", mode).option("contentBytes", str(len(CONTENT))).load())
     secs, q, batch = available_now(df.writeStream.format("noop"), work, rows, "ceiling")
     print(f"    ceiling: {secs:.2f} s from start() to the end; Spark's progress: {progress_split(q.recentProgress)}",
           flush=True)
@@ -603,6 +606,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.spark_read", description=__doc__.split("\n")[0])
     ap.add_argument("--flowfiles", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--content-bytes", type=int, default=100,
+                    help="per-FlowFile mode: each FlowFile's content size (default 100; 1048576 for the 1 MiB "
+                         "reads); the rates are also given in MiB/s")
     ap.add_argument("--partitions", type=int, default=1,
                     help="minPartitions of the Spark read (default 1: the source's default for one node)")
     ap.add_argument("--records", action="store_true", help="measure record mode (see the module doc)")
@@ -630,6 +636,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark_s2s.spark.demo import local_session
 
+    global CONTENT  # fill() sends it; the ceiling is told its size
+    CONTENT = b"x" * args.content_bytes
+    # the ceiling's batches hold about 64 MiB, as a round's do
+    per_batch = max(1, min(ROUND_ROWS, (64 << 20) // max(1, args.content_bytes)))
     spark = local_session("bench-spark-read")
     register_ceiling(spark)
     work = Path(tempfile.mkdtemp(prefix="bench-spark-read-"))
@@ -640,12 +650,13 @@ def main(argv: list[str] | None = None) -> int:
         with ServerSubprocess(["--ttl", "120", "--input-port", IN_PORT, "--output-port", OUT_PORT,
                                "--route", f"{IN_PORT}={OUT_PORT}"], cwd=str(REPO)) as server:
             url = server.url
-            fill(url, 2000)  # warm up both paths (JIT of nothing, but caches, imports, workers)
-            spark_read(spark, url, 2000, args.partitions, work / "warm")
-            ceiling(spark, 2000, ROUND_ROWS, work / "warm-ceiling", "flowfiles")
+            warm = max(20, min(2000, args.flowfiles // 50))
+            fill(url, warm)  # warm up both paths (JIT of nothing, but caches, imports, workers)
+            spark_read(spark, url, warm, args.partitions, work / "warm")
+            ceiling(spark, warm, per_batch, work / "warm-ceiling", "flowfiles")
             for r in range(args.rounds):
                 meter = CpuMeter((server.pid,)).start()
-                e2e, mb = ceiling(spark, args.flowfiles, ROUND_ROWS, work / f"c{r}", "flowfiles")
+                e2e, mb = ceiling(spark, args.flowfiles, per_batch, work / f"c{r}", "flowfiles")
                 cpu["ceiling"].append(meter.stop())
                 results["ceiling"].append(e2e)
                 results["ceiling-batch"].append(mb)
@@ -671,8 +682,12 @@ def main(argv: list[str] | None = None) -> int:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
     c, s, b, ce, cb = (statistics.median(results[k]) for k in ("client", "spark", "batch", "ceiling", "ceiling-batch"))
-    print(f"\nsmall FlowFiles (100 B + 3 attributes), {args.flowfiles:,} per run, medians of {args.rounds}, "
-          f"after a warm-up query; load averages {' | '.join(loads)}:")
+    mib = args.content_bytes / (1 << 20)
+    print(f"\nFlowFiles of {args.content_bytes:,} B + 3 attributes, {args.flowfiles:,} per run, medians of "
+          f"{args.rounds}, after a warm-up query; load averages {' | '.join(loads)}:")
+    if args.content_bytes >= 64 << 10:
+        print(f"  in MiB/s: client {c * mib:,.0f}, Spark {s * mib:,.0f} end to end and {b * mib:,.0f} in micro-batches, "
+              f"the ceiling {ce * mib:,.0f} and {cb * mib:,.0f}")
     print(f"  client Arrow receive : {c:>10,.0f} rows/s")
     print(f"  Spark read (noop)    : {s:>10,.0f} rows/s   ratio {s / c:.2f} (target >= 0.6), "
           f"from start() to the end of the AvailableNow query; the path's ceiling {ce:,.0f} rows/s")
