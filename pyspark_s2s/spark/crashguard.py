@@ -99,8 +99,8 @@ class ParseGuard:
         if careful:
             assert self.left is not None
             if isinstance(batch, list):
-                import pyarrow as pa
-                batch = batch[0] if len(batch) == 1 else pa.concat_batches(batch)
+                from pyspark_s2s.spark.rows import joined
+                batch = joined(batch)
             keys = flowfile_keys(batch, index)
             found = self._settle(self.left, index, batch, keys, rows)
             if found:
