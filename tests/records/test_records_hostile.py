@@ -235,7 +235,7 @@ def _dictionary_pages(data: bytes) -> list[Any]:
 @pytest.mark.parametrize("compression", ["none", "snappy", "gzip", "brotli", "zstd", "lz4"])
 def test_a_dictionarys_longest_entry_is_read_from_its_page_alone(compression: str) -> None:
     from pyspark_s2s.records.parquet_read import _dictionary_longest
-    column = [None if i % 11 == 0 else "é" * (i % 37) + f"-{i % 500}" for i in range(6000)]
+    column = [None if i % 11 == 0 else "" if i % 13 == 0 else "é" * (i % 37) + f"-{i % 500}" for i in range(6000)]
     data = parquet(pa.table({"s": column}), compression=compression, row_group_size=2500, use_dictionary=True)
     pages = _dictionary_pages(data)
     assert len(pages) == 3  # one per row group
@@ -250,6 +250,8 @@ def test_a_dictionary_page_that_does_not_read_alone_is_left_to_the_dictionary_re
     data = parquet(pa.table({"s": ["abc", "de"] * 100}), compression="none", use_dictionary=True)
     page = _dictionary_pages(data)[0]
     assert _dictionary_longest(pa.py_buffer(data), page) == 3
+    empty = parquet(pa.table({"s": [""] * 50}), compression="none", use_dictionary=True)
+    assert _dictionary_longest(pa.py_buffer(empty), _dictionary_pages(empty)[0]) == 0
     lying = (*page[:3], page[3] + 5, *page[4:])  # more entries than the page holds
     assert _dictionary_longest(pa.py_buffer(data), lying) is None
     fixed = (*page[:6], -1)  # a FIXED_LEN_BYTE_ARRAY column's: not read so
