@@ -93,6 +93,9 @@ _SCAN_BLOCK = 512 << 10
 #: whole: the batch's content then points into the receive buffer (a batch of several would
 #: copy every content into one array)
 ALONE_CONTENT = 128 << 10
+#: the receive buffer's first capacity, and the most the last batch's size makes a new one's
+_BUFFER_START = 1 << 20
+_BUFFER_MOST = 64 << 20
 
 
 def _pc() -> ModuleType:
@@ -225,7 +228,16 @@ def _between(e: pa.Array, bounds: pa.Array, prefix: pa.Array, buf: pa.Buffer, ty
     return _k("take", seg, _interleaving(m)[1])
 
 
-def ends_to_record_batch(data: bytes | bytearray, ends: array, counts: array) -> pa.RecordBatch:
+def _bytes_view(buf: pa.Buffer) -> memoryview:
+    """A writable view of bytes ('B') on an Arrow buffer (whose own view is of signed chars)."""
+    return memoryview(buf).cast("B")
+
+
+def _buffer(data: bytes | bytearray | pa.Buffer) -> pa.Buffer:
+    return data if isinstance(data, pa.Buffer) else pa.py_buffer(data)
+
+
+def ends_to_record_batch(data: bytes | bytearray | pa.Buffer, ends: array, counts: array) -> pa.RecordBatch:
     """Build the record batch from :func:`scan_ends` output (C++ loops only)."""
     e = _arr(ends, pa.int64())
     if len(e) > 1:
@@ -235,7 +247,7 @@ def ends_to_record_batch(data: bytes | bytearray, ends: array, counts: array) ->
     return _record_batch(data, e, counts)
 
 
-def sizes_to_record_batch(data: bytes | bytearray, sizes: array, counts: array) -> pa.RecordBatch:
+def sizes_to_record_batch(data: bytes | bytearray | pa.Buffer, sizes: array, counts: array) -> pa.RecordBatch:
     """Build the record batch from :func:`scan_deltas` output from offset 0 (C++ loops only)."""
     if len(counts) == 1 and len(data) < _MAX_INT32:
         return _one_packet(data, sizes)
@@ -245,7 +257,7 @@ def sizes_to_record_batch(data: bytes | bytearray, sizes: array, counts: array) 
     return _record_batch(data, _k("cumulative_sum", d), counts)
 
 
-def _one_packet(data: bytes | bytearray, sizes: array) -> pa.RecordBatch:
+def _one_packet(data: bytes | bytearray | pa.Buffer, sizes: array) -> pa.RecordBatch:
     """The record batch of one packet (a large FlowFile comes alone): its few attributes decoded
     here, its content a window on ``data`` (the kernels of a batch cost more than that here)."""
     if min(sizes) < 4:
@@ -260,14 +272,14 @@ def _one_packet(data: bytes | bytearray, sizes: array) -> pa.RecordBatch:
     names = [b.decode("utf-8", "replace") for b in fields[0::2]]
     values = [b.decode("utf-8", "replace") for b in fields[1::2]]
     bounds = pa.array([pos + 8, pos + sizes[-1]], pa.int32())
-    content = pa.Array.from_buffers(pa.binary(), 1, [None, bounds.buffers()[1], pa.py_buffer(data)])
+    content = pa.Array.from_buffers(pa.binary(), 1, [None, bounds.buffers()[1], _buffer(data)])
     attributes = pa.array([list(zip(names, values, strict=True))], ARROW_SCHEMA.field(1).type)
     return pa.RecordBatch.from_arrays([content, attributes], schema=ARROW_SCHEMA)
 
 
-def _record_batch(data: bytes | bytearray, e: pa.Array, counts: array) -> pa.RecordBatch:
+def _record_batch(data: bytes | bytearray | pa.Buffer, e: pa.Array, counts: array) -> pa.RecordBatch:
     n = len(counts)
-    buf = pa.py_buffer(data)
+    buf = _buffer(data)
     if n and counts.count(counts[0]) == n and n * (counts[0] + 1) <= _KEEP_INDEX:
         pos = _same_count_positions(n, counts[0])
     else:
@@ -327,11 +339,15 @@ class BatchReader:
                  max_attributes: int = MAX_ATTRIBUTES) -> None:
         self._read = read
         self._frames = FrameReader() if compressed else None
-        self._buf = bytearray()
+        # the receive buffer: an Arrow buffer of some capacity holding the bytes not yet handed out
+        # in [_start, _end) (appending to a bytearray instead reallocated and copied it at nearly
+        # every read once it held a few MiB)
+        self._buf = pa.allocate_buffer(_BUFFER_START)
+        self._start = self._end = 0
         self._eof = False
         self._crc = 0
         self._max_attributes = max_attributes
-        self._scanned = 0  # bytes of _buf holding complete, already scanned packets
+        self._scanned = 0  # where the complete, already scanned packets end in _buf
         self._sizes = array("q")
         self._counts = array("q")
         self.last_content_bytes = 0
@@ -342,6 +358,27 @@ class BatchReader:
     def checksum(self) -> int:
         return self._crc
 
+    def _append(self, raw: bytes) -> None:
+        n = len(raw)
+        if self._end + n > self._buf.size:
+            self._move(self._end + n - self._start)
+        with _bytes_view(self._buf) as dst:
+            dst[self._end:self._end + n] = raw
+        self._end += n
+
+    def _move(self, need: int, capacity: int = 0) -> None:
+        """Into a new buffer of room for ``need`` bytes (twice the old capacity when it was too
+        small, so each byte is copied about once more on average), the bytes not handed out: a
+        new buffer, since arrays of batches handed out may hold the old one."""
+        start, end = self._start, self._end
+        moved = pa.allocate_buffer(max(need, capacity or 2 * self._buf.size))
+        if end > start:
+            with _bytes_view(moved) as dst, _bytes_view(self._buf) as src:
+                dst[:end - start] = src[start:end]
+        self._buf = moved
+        self._scanned -= start
+        self._start, self._end = 0, end - start
+
     def _read_more(self) -> None:
         raw = self._read()
         if not raw:
@@ -351,7 +388,7 @@ class BatchReader:
                 self._pump()
             return
         if self._frames is None:
-            self._buf += raw
+            self._append(raw)
         else:
             self._frames.feed(raw)
             self._pump()
@@ -363,7 +400,7 @@ class BatchReader:
             if ev is None:
                 return
             if isinstance(ev, bytes):
-                self._buf += ev
+                self._append(ev)
 
     def next_batch(self, max_rows: int, max_bytes: int) -> pa.RecordBatch | None:
         if max_rows <= 0:
@@ -371,45 +408,44 @@ class BatchReader:
         while True:
             limit = 1 if self._alone else max_rows
             rows = len(self._counts)
-            unscanned = len(self._buf) - self._scanned
+            unscanned = self._end - self._scanned
             if rows < limit and unscanned and (unscanned >= _SCAN_BLOCK or self._eof or self._alone):
-                p, sizes, counts = scan_deltas(self._buf, limit - rows, self._max_attributes, self._scanned)
+                with memoryview(self._buf)[:self._end] as filled:
+                    p, sizes, counts = scan_deltas(filled, limit - rows, self._max_attributes, self._scanned)
                 if counts:
                     self._sizes.extend(sizes)
                     self._counts.extend(counts)
                     self._scanned = p
             rows = len(self._counts)
-            if rows >= limit or self._scanned >= max_bytes or self._eof:
+            taken = self._scanned - self._start
+            if rows >= limit or taken >= max_bytes or self._eof:
                 break
-            if rows and self._scanned >= ALONE_CONTENT * rows:
+            if rows and taken >= ALONE_CONTENT * rows:
                 # large FlowFiles: what is whole goes now, and the next come one per batch
                 self._alone = True
                 break
             self._read_more()
+        start, consumed, end = self._start, self._scanned, self._end
         if not self._counts:
-            if self._buf:
+            if end > start:
                 raise ProtocolError(
-                    f"stream ended inside packet {self.packets + 1} ({len(self._buf)} bytes of it received)"
+                    f"stream ended inside packet {self.packets + 1} ({end - start} bytes of it received)"
                 )
             return None
-        consumed = self._scanned
-        buf = self._buf
-        data: bytes | bytearray
-        if len(buf) - consumed < consumed:
-            # hand the buffer itself to Arrow (never resized again) and copy only the smaller
-            # part, the start of the next packet: a large FlowFile is not copied here at all
-            data = buf
-            with memoryview(buf) as view:
-                self._buf = bytearray(view[consumed:])
-                self._crc = crc32(view[:consumed], self._crc)
-        else:
-            with memoryview(buf) as view:
-                data = bytes(view[:consumed])  # one copy, immutable for Arrow
-            del buf[:consumed]
-            self._crc = crc32(data, self._crc)
+        with memoryview(self._buf) as view:
+            self._crc = crc32(view[start:consumed], self._crc)
+            if end - consumed < consumed - start:
+                # the buffer itself goes to Arrow (never written there again); the start of the
+                # next packet, the smaller part, is copied into a new one sized for a batch like
+                # this: a large FlowFile is not copied here at all
+                data = self._buf.slice(start, consumed - start)
+                self._start = consumed
+                self._move(end - consumed, min(max(_BUFFER_START, (consumed - start) * 5 // 4), _BUFFER_MOST))
+            else:
+                data = pa.py_buffer(bytes(view[start:consumed]))  # one copy, the smaller part
+                self._start = consumed
         sizes, counts = self._sizes, self._counts
         self._sizes, self._counts = array("q"), array("q")
-        self._scanned = 0
         batch = sizes_to_record_batch(data, sizes, counts)
         contents = batch.column(0)
         self.last_content_bytes = _k("sum", _k("binary_length", contents)).as_py() or 0

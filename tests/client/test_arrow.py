@@ -94,6 +94,22 @@ def test_batches_with_large_flowfiles_alone_equal_the_decoder(packets, step, com
         arrow_mod.ALONE_CONTENT = saved
 
 
+@given(packets_st, st.integers(min_value=1, max_value=97), st.booleans(), st.sampled_from([1, 50, 512 << 10]),
+       st.sampled_from([1, 7, 300, 4096]), st.sampled_from([1, 60, 128 << 10]))
+def test_batches_equal_the_decoder_whatever_the_buffer_capacity(packets, step, compressed, scan_block, capacity,
+                                                                  alone):
+    # the receive buffer starts small and grows (each batch's bytes stay where they were handed
+    # out: every batch is compared only once all of them are drained)
+    saved = arrow_mod._BUFFER_START, arrow_mod._BUFFER_MOST, arrow_mod.ALONE_CONTENT
+    arrow_mod._BUFFER_START = arrow_mod._BUFFER_MOST = capacity
+    arrow_mod.ALONE_CONTENT = alone
+    try:
+        test_batches_equal_the_decoder.hypothesis.inner_test(  # type: ignore[attr-defined]
+            packets, step, compressed, scan_block)
+    finally:
+        arrow_mod._BUFFER_START, arrow_mod._BUFFER_MOST, arrow_mod.ALONE_CONTENT = saved
+
+
 @given(st.dictionaries(st.text(max_size=20), st.text(max_size=20), max_size=6), st.binary(max_size=300),
        st.binary(max_size=8))
 def test_a_batch_of_one_packet_equals_the_kernels_batch(attributes, content, bad):
