@@ -35,7 +35,7 @@ _MAX_CONTENT_LENGTH = (1 << 63) - 1  # Java's Long.MAX_VALUE
 
 
 def scan_ends(
-    buf: bytes | bytearray,
+    buf: bytes | bytearray | memoryview,
     max_packets: int,
     max_attributes: int = MAX_ATTRIBUTES,
     start: int = 0,
@@ -71,7 +71,7 @@ def scan_ends(
 
 
 @lru_cache(maxsize=32)
-def _header_struct(sizes: bytes) -> tuple[Callable[[bytes | bytearray, int], tuple[int, ...]], tuple[int, ...],
+def _header_struct(sizes: bytes) -> tuple[Callable[[bytes | bytearray | memoryview, int], tuple[int, ...]], tuple[int, ...],
                                           array[int], int]:
     """For a packet whose fields (after its attribute count) have the sizes ``sizes`` (an
     ``array('q')``'s bytes): ``unpack_from`` reading its count, every key and value length and
@@ -87,7 +87,7 @@ def _header_struct(sizes: bytes) -> tuple[Callable[[bytes | bytearray, int], tup
 
 
 def scan_deltas(
-    buf: bytes | bytearray,
+    buf: bytes | bytearray | memoryview,
     max_packets: int,
     max_attributes: int = MAX_ATTRIBUTES,
     start: int = 0,
@@ -113,7 +113,7 @@ def scan_deltas(
 
 
 def scan_spans(
-    buf: bytes | bytearray,
+    buf: bytes | bytearray | memoryview,
     max_packets: int,
     max_attributes: int = MAX_ATTRIBUTES,
     start: int = 0,
@@ -136,7 +136,7 @@ def scan_spans(
 _DELTAS, _ENDS, _SPANS = 0, 1, 2
 
 
-def _scan(buf: bytes | bytearray, max_packets: int, max_attributes: int, start: int, max_content: int,
+def _scan(buf: bytes | bytearray | memoryview, max_packets: int, max_attributes: int, start: int, max_content: int,
           max_header: int, separator: bytes, mode: int) -> tuple[int, array[int], array[int]]:
     """:func:`scan_deltas` (``mode`` ``_DELTAS``), :func:`scan_ends` (``_ENDS``) or
     :func:`scan_spans` (``_SPANS``)."""
@@ -158,7 +158,7 @@ def _scan(buf: bytes | bytearray, max_packets: int, max_attributes: int, start: 
     p = end = start
     shift = 0  # separator bytes skipped so far (0 without one)
     left = max_packets
-    unpack: Callable[[bytes | bytearray, int], tuple[int, ...]] | None = None
+    unpack: Callable[[bytes | bytearray | memoryview, int], tuple[int, ...]] | None = None
     shape: tuple[int, ...] = ()  # the attribute count and lengths unpack reads for its shape
     template = array("q")
     hdr = 0
@@ -328,6 +328,6 @@ def packet_offsets(ends: array[int], counts: array[int], back: int = 1) -> list[
 
 
 @lru_cache(maxsize=4)
-def _between_struct(sep_len: int) -> Callable[[bytes | bytearray, int], tuple[bytes, int]]:
+def _between_struct(sep_len: int) -> Callable[[bytes | bytearray | memoryview, int], tuple[bytes, int]]:
     """``unpack_from`` of a separator of ``sep_len`` bytes followed by an attribute count."""
     return struct.Struct(f">{sep_len}si").unpack_from
