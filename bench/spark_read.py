@@ -13,7 +13,9 @@ and drains it twice, alternating the order between rounds:
   ``start()`` to termination (query start-up included).
 
 and, in the same run, the path's ceiling: a Python streaming source that only yields Arrow batches
-of the source's schema (65,536 rows, as a round hands them to Spark) into the same ``noop`` sink.
+of the source's schema into the same ``noop`` sink, twice: in batches of 16,384 rows (as the source
+hands its staged batches to Spark) and of 2,048 (the size Spark takes these rows fastest); the
+faster of the two is the ceiling the ratios use.
 A warm-up query of each comes first. Prints medians (rows/s) and the ratio spark/client, and where
 each run's CPU went (``bench/cpu.py``: JVM, Python workers, server, this process) with the rate the
 machine's cores would allow at that CPU. Bounded: every wait has a limit.
@@ -132,8 +134,13 @@ FORMATS = ("parquet", "avro", "json", "csv")
 #: milliseconds there, which Spark's readers read as numbers (timestamp_millis() makes them timestamps)
 FILE_DDL = {"parquet": RECORD_DDL, "json": RECORD_DDL.replace("ts TIMESTAMP", "ts BIGINT"),
             "csv": RECORD_DDL.replace("ts TIMESTAMP", "ts BIGINT")}
-#: rows per batch the one-row-per-FlowFile ceiling yields: what a round of the source hands Spark
-ROUND_ROWS = 65536
+#: rows per batch the one-row-per-FlowFile ceiling yields: what the source hands Spark (the staged
+#: batches of a round: ``spark.rounds.BATCH_ROWS``), and the size at which Spark takes these rows
+#: fastest (a sweep of the ceiling alone, 1M rows, micro-batches: 1,024-2,048 rows 1.20-1.23M rows/s,
+#: 4,096-8,192 1.12-1.13M, 16,384 0.99M, 65,536 0.76M; docs/benchmarks.md). The path's ceiling is
+#: the faster of the two in each run.
+SOURCE_ROWS = 16384
+FAST_ROWS = 2048
 #: rows per batch the ceiling yields: what record mode hands Spark (RecordRows gathers the records of
 #: small FlowFiles into batches of 65,536 rows)
 CEILING_BATCH = 65536
@@ -638,13 +645,17 @@ def main(argv: list[str] | None = None) -> int:
 
     global CONTENT  # fill() sends it; the ceiling is told its size
     CONTENT = b"x" * args.content_bytes
-    # the ceiling's batches hold about 64 MiB, as a round's do
-    per_batch = max(1, min(ROUND_ROWS, (64 << 20) // max(1, args.content_bytes)))
+    # the ceiling's batches: the source's (at most about 64 MiB, as a staged batch holds) and the
+    # size Spark takes fastest; the faster of the two is the path's ceiling
+    sizes = sorted({max(1, min(n, (64 << 20) // max(1, args.content_bytes))) for n in (SOURCE_ROWS, FAST_ROWS)},
+                   reverse=True)
     spark = local_session("bench-spark-read")
     register_ceiling(spark)
     work = Path(tempfile.mkdtemp(prefix="bench-spark-read-"))
-    results: dict[str, list[float]] = {"client": [], "spark": [], "batch": [], "ceiling": [], "ceiling-batch": []}
-    cpu: dict[str, list[CpuMeter]] = {"client": [], "spark": [], "ceiling": []}
+    results: dict[str, list[float]] = {"client": [], "spark": [], "batch": []}
+    cpu: dict[str, list[CpuMeter]] = {"client": [], "spark": []}
+    for n in sizes:
+        results[f"ceiling {n}"], results[f"ceiling-batch {n}"], cpu[f"ceiling {n}"] = [], [], []
     loads: list[str] = []
     try:
         with ServerSubprocess(["--ttl", "120", "--input-port", IN_PORT, "--output-port", OUT_PORT,
@@ -653,15 +664,17 @@ def main(argv: list[str] | None = None) -> int:
             warm = max(20, min(2000, args.flowfiles // 50))
             fill(url, warm)  # warm up both paths (JIT of nothing, but caches, imports, workers)
             spark_read(spark, url, warm, args.partitions, work / "warm")
-            ceiling(spark, warm, per_batch, work / "warm-ceiling", "flowfiles")
+            for n in sizes:
+                ceiling(spark, warm, n, work / f"warm-ceiling-{n}", "flowfiles")
             for r in range(args.rounds):
-                meter = CpuMeter((server.pid,)).start()
-                e2e, mb = ceiling(spark, args.flowfiles, per_batch, work / f"c{r}", "flowfiles")
-                cpu["ceiling"].append(meter.stop())
-                results["ceiling"].append(e2e)
-                results["ceiling-batch"].append(mb)
-                print(f"round {r + 1} ceiling: {e2e:>10,.0f} rows/s end to end, {mb:,.0f} rows/s in its "
-                      f"micro-batches\n    {meter.summary()}", flush=True)
+                for n in sizes:
+                    meter = CpuMeter((server.pid,)).start()
+                    e2e, mb = ceiling(spark, args.flowfiles, n, work / f"c{r}-{n}", "flowfiles")
+                    cpu[f"ceiling {n}"].append(meter.stop())
+                    results[f"ceiling {n}"].append(e2e)
+                    results[f"ceiling-batch {n}"].append(mb)
+                    print(f"round {r + 1} ceiling ({n:,}-row batches): {e2e:>10,.0f} rows/s end to end, {mb:,.0f} "
+                          f"rows/s in its micro-batches\n    {cpu[f'ceiling {n}'][-1].summary()}", flush=True)
                 order = ("client", "spark") if r % 2 == 0 else ("spark", "client")
                 for which in order:
                     fill(url, args.flowfiles)
@@ -681,22 +694,28 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
-    c, s, b, ce, cb = (statistics.median(results[k]) for k in ("client", "spark", "batch", "ceiling", "ceiling-batch"))
+    med = {k: statistics.median(v) for k, v in results.items()}
+    c, s, b = med["client"], med["spark"], med["batch"]
+    ce = max(med[f"ceiling {n}"] for n in sizes)
+    cb = max(med[f"ceiling-batch {n}"] for n in sizes)
     mib = args.content_bytes / (1 << 20)
     print(f"\nFlowFiles of {args.content_bytes:,} B + 3 attributes, {args.flowfiles:,} per run, medians of "
           f"{args.rounds}, after a warm-up query; load averages {' | '.join(loads)}:")
     if args.content_bytes >= 64 << 10:
         print(f"  in MiB/s: client {c * mib:,.0f}, Spark {s * mib:,.0f} end to end and {b * mib:,.0f} in micro-batches, "
               f"the ceiling {ce * mib:,.0f} and {cb * mib:,.0f}")
+    for n in sizes:
+        print(f"  ceiling, {n:>6,}-row batches: {med[f'ceiling {n}']:>10,.0f} rows/s end to end, "
+              f"{med[f'ceiling-batch {n}']:>10,.0f} in micro-batches")
     print(f"  client Arrow receive : {c:>10,.0f} rows/s")
-    print(f"  Spark read (noop)    : {s:>10,.0f} rows/s   ratio {s / c:.2f} (target >= 0.6), "
-          f"from start() to the end of the AvailableNow query; the path's ceiling {ce:,.0f} rows/s")
-    print(f"  Spark micro-batches  : {b:>10,.0f} rows/s   ratio {b / c:.2f} (target >= 0.8; addBatch time only); "
-          f"the ceiling's {cb:,.0f} rows/s")
+    print(f"  Spark read (noop)    : {s:>10,.0f} rows/s   {s / ce:.2f} of the ceiling {ce:,.0f} (target >= 0.8), "
+          f"from start() to the end of the AvailableNow query; {s / c:.2f} of the client's receive")
+    print(f"  Spark micro-batches  : {b:>10,.0f} rows/s   {b / cb:.2f} of the ceiling {cb:,.0f} (target >= 0.8; "
+          f"addBatch time only)")
     print(f"  CPU-seconds per 1,000,000 rows from start to end (the query's start-up included), medians, how many of "
           f"the {os.cpu_count()} cores the run kept busy, and the rate all of them could give at that CPU:")
-    for which in ("client", "spark", "ceiling"):
-        print(f"    {which:<8}: {cpu_line(cpu[which], args.flowfiles)}")
+    for which in ("client", "spark", *(f"ceiling {n}" for n in sizes)):
+        print(f"    {which:<14}: {cpu_line(cpu[which], args.flowfiles)}")
     return 0
 
 
