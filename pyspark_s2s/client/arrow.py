@@ -55,6 +55,7 @@ from pyspark_s2s.protocol.codec import (
     scan_ends,
 )
 from pyspark_s2s.protocol.compression import FrameReader
+from pyspark_s2s.protocol.scan import packet_size
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -96,6 +97,12 @@ ALONE_CONTENT = 128 << 10
 #: the receive buffer's first capacity, and the most the last batch's size makes a new one's
 _BUFFER_START = 1 << 20
 _BUFFER_MOST = 64 << 20
+#: a packet whose header says it is larger than the buffer has room for gets this much more than
+#: its size set aside at once (the read that completes it also brings the next packet's start)
+_RESERVE_SLACK = 1 << 20
+#: the largest packet room is set aside for on its header's word (a larger one, or one the
+#: allocator refuses, gets the room as its bytes arrive)
+_RESERVE_MOST = 8 << 30
 
 
 def _pc() -> ModuleType:
@@ -339,8 +346,8 @@ class BatchReader:
                  max_attributes: int = MAX_ATTRIBUTES) -> None:
         self._read = read
         self._frames = FrameReader() if compressed else None
-        # the receive buffer: an Arrow buffer of some capacity holding the bytes not yet handed out
-        # in [_start, _end) (appending to a bytearray instead reallocated and copied it at nearly
+        # the receive buffer: an Arrow buffer of some capacity whose bytes [_start, _end) are not
+        # handed out yet (appending to a bytearray instead reallocated and copied it at nearly
         # every read once it held a few MiB)
         self._buf = pa.allocate_buffer(_BUFFER_START)
         self._start = self._end = 0
@@ -353,6 +360,7 @@ class BatchReader:
         self.last_content_bytes = 0
         self.packets = 0
         self._alone = False  # large FlowFiles: one per batch
+        self._sized = -1  # where the packet whose room was last looked at starts
 
     @property
     def checksum(self) -> int:
@@ -361,23 +369,44 @@ class BatchReader:
     def _append(self, raw: bytes) -> None:
         n = len(raw)
         if self._end + n > self._buf.size:
-            self._move(self._end + n - self._start)
+            # twice the capacity (each byte copied about once more on average)
+            self._move(self._end + n - self._start, 2 * self._buf.size)
         with _bytes_view(self._buf) as dst:
             dst[self._end:self._end + n] = raw
         self._end += n
 
-    def _move(self, need: int, capacity: int = 0) -> None:
-        """Into a new buffer of room for ``need`` bytes (twice the old capacity when it was too
-        small, so each byte is copied about once more on average), the bytes not handed out: a
-        new buffer, since arrays of batches handed out may hold the old one."""
+    def _move(self, need: int, capacity: int) -> None:
+        """The bytes not handed out into a new buffer of ``capacity`` (at least ``need``): a new
+        one, since the arrays of batches handed out may hold the old one."""
         start, end = self._start, self._end
-        moved = pa.allocate_buffer(max(need, capacity or 2 * self._buf.size))
+        moved = pa.allocate_buffer(max(need, capacity))
         if end > start:
             with _bytes_view(moved) as dst, _bytes_view(self._buf) as src:
                 dst[:end - start] = src[start:end]
         self._buf = moved
         self._scanned -= start
+        if self._sized >= 0:
+            self._sized -= start
         self._start, self._end = 0, end - start
+
+    def _make_room(self) -> None:
+        """Room for the whole packet at ``_scanned`` at once, as its header says: a large
+        FlowFile is then copied only while its first bytes are here, not at every doubling, and
+        the buffer is not held twice while it grows."""
+        at = self._scanned
+        if at == self._sized:
+            return
+        with memoryview(self._buf)[:self._end] as filled:
+            size = packet_size(filled, at, self._max_attributes)
+        if size is None:
+            return
+        self._sized = at
+        room = at - self._start + size + _RESERVE_SLACK
+        if self._start + room > self._buf.size and size <= _RESERVE_MOST:
+            try:
+                self._move(room, room)
+            except (MemoryError, pa.ArrowMemoryError):
+                pass  # the room comes as the bytes do
 
     def _read_more(self) -> None:
         raw = self._read()
@@ -416,6 +445,8 @@ class BatchReader:
                     self._sizes.extend(sizes)
                     self._counts.extend(counts)
                     self._scanned = p
+                if len(self._counts) < limit and not self._eof:
+                    self._make_room()
             rows = len(self._counts)
             taken = self._scanned - self._start
             if rows >= limit or taken >= max_bytes or self._eof:

@@ -2,7 +2,8 @@
 in one pass, without decoding strings or copying content.
 
 Owns: :func:`scan_ends` (where each field of each complete packet ends) and :func:`scan_deltas`
-(each field's size), one reader :func:`_scan` behind both; :func:`packet_offsets`; the attribute
+(each field's size), one reader :func:`_scan` behind both; :func:`packet_offsets`;
+:func:`packet_size` (a packet's size from its header alone, before its content); the attribute
 count limit :data:`MAX_ATTRIBUTES` the codec's per-packet decoder shares. Used by the codec
 (``PacketDecoder.next_run``, ``scan_packets``; all of them re-exported there), the reference
 server's upload, the RAW transport and the client's Arrow receive. Property tests keep it in
@@ -23,7 +24,7 @@ from typing import Final
 
 from pyspark_s2s.errors import ProtocolError
 
-__all__ = ["MAX_ATTRIBUTES", "packet_offsets", "scan_deltas", "scan_ends", "scan_spans"]
+__all__ = ["MAX_ATTRIBUTES", "packet_offsets", "packet_size", "scan_deltas", "scan_ends", "scan_spans"]
 
 #: NiFi's decoder rejects packets with more attributes than this
 MAX_ATTRIBUTES: Final = 25000
@@ -312,6 +313,26 @@ def _scan(buf: bytes | bytearray | memoryview, max_packets: int, max_attributes:
     # drop what an incomplete last packet appended
     del sizes[2 * (sum(counts) + len(counts)) if not spans else 2 * len(counts) :]
     return end, sizes, counts
+
+
+def packet_size(buf: bytes | bytearray | memoryview, start: int = 0,
+                max_attributes: int = MAX_ATTRIBUTES) -> int | None:
+    """The size of the packet at ``start``, header and content, read from its header as soon as
+    the header is in ``buf`` (its content need not be); None while it is not, or when it is no
+    packet's header (an attribute count outside ``0..max_attributes``, a negative content length:
+    the scans name those). What a receiver may set room aside for before the content arrives."""
+    try:
+        cnt = _I32.unpack_from(buf, start)[0]
+        if not 0 <= cnt <= max_attributes:
+            return None
+        q = start + 4
+        u32 = _U32.unpack_from
+        for _ in range(2 * cnt):
+            q += 4 + u32(buf, q)[0]
+        content = _I64.unpack_from(buf, q)[0]
+    except struct.error:
+        return None
+    return None if content < 0 else q + 8 + content - start
 
 
 def packet_offsets(ends: array[int], counts: array[int], back: int = 1) -> list[int]:

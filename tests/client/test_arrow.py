@@ -145,6 +145,26 @@ def test_large_flowfiles_come_one_per_batch_without_a_copy():
         assert content.buffers()[2].size >= end
 
 
+def test_a_large_flowfile_gets_its_room_once_from_its_header():
+    # the reader sets room aside for a large packet as soon as its header is scanned: the batch's
+    # buffer is the packet's size and a little more, not the next power of two it would double to
+    size = 5 << 20
+    wire = encode_packet({"uuid": "u"}, b"y" * size) + encode_packet({"uuid": "v"}, b"small")
+    batches = drain(reader_over(wire, 64 << 10), max_rows=100)
+    assert rows(batches) == [({"uuid": "u"}, b"y" * size), ({"uuid": "v"}, b"small")]
+    held = batches[0].column(0).buffers()[2].size
+    assert size < held <= size + (2 << 20)
+
+
+def test_a_header_claiming_a_huge_content_sets_nothing_aside():
+    # a content length past what is set aside on a header's word: the room comes with the bytes,
+    # and a stream that ends there is a protocol error, not a failed allocation
+    wire = (0).to_bytes(4, "big") + (1 << 40).to_bytes(8, "big") + b"z" * (600 << 10)
+    reader = reader_over(wire, 64 << 10)
+    with pytest.raises(ProtocolError, match="stream ended inside packet 1"):
+        reader.next_batch(10, 1 << 20)
+
+
 @pytest.mark.parametrize("narrow", [1 << 31, 10])
 def test_batches_past_the_kept_index_size_equal_the_decoder(monkeypatch, narrow):
     # index arrays are reused only for batches up to _KEEP_INDEX fields; larger ones compute theirs;

@@ -29,6 +29,7 @@ from pyspark_s2s.protocol.codec import (
     scan_packets,
     scan_spans,
 )
+from pyspark_s2s.protocol.scan import packet_size
 from pyspark_s2s.protocol.stream import packets_of
 
 attributes = st.dictionaries(st.text(max_size=20), st.text(max_size=40), max_size=6)
@@ -181,6 +182,21 @@ def test_scan_matches_decoder(pkts: list[tuple[dict[str, str], bytes]], cut: int
         assert truncated[cs:ce] == pkt.content
     if cut == 0:
         assert scan.consumed == len(wire)
+
+
+@given(st.dictionaries(st.text(max_size=12), st.text(max_size=12), max_size=5), st.binary(max_size=60),
+       st.binary(max_size=8))
+def test_packet_size_is_known_once_the_header_is_there(attributes: dict[str, str], content: bytes,
+                                                        before: bytes) -> None:
+    # a receiver sets room aside for a packet from its header: the whole packet's size once every
+    # byte up to the content length is there, None before
+    wire = encode_packet(attributes, content)
+    header = len(wire) - len(content)
+    for cut in range(len(wire) + 1):
+        got = packet_size(before + wire[:cut], len(before))
+        assert got == (len(wire) if cut >= header else None)
+    assert packet_size(wire[:header - 8] + b"\xff" * 8 + content) is None  # a negative content length
+    assert packet_size(b"\x00\x00\x00\x03", max_attributes=2) is None  # too many attributes
 
 
 def test_scan_stops_before_content_over_limit() -> None:
