@@ -51,11 +51,11 @@ from pyspark_s2s.protocol._crc import crc32
 from pyspark_s2s.protocol.codec import (
     MAX_ATTRIBUTES,
     PacketScan,
+    packet_size,
     scan_deltas,
     scan_ends,
 )
 from pyspark_s2s.protocol.compression import FrameReader
-from pyspark_s2s.protocol.scan import packet_size
 
 if TYPE_CHECKING:
     from types import ModuleType

@@ -45,6 +45,7 @@ from pyspark_s2s.protocol.packet import (
 from pyspark_s2s.protocol.scan import (
     MAX_ATTRIBUTES,
     packet_offsets,
+    packet_size,
     scan_deltas,
     scan_ends,
     scan_spans,
@@ -69,6 +70,7 @@ __all__ = [
     "encode_packet",
     "encode_packet_header",
     "packet_offsets",
+    "packet_size",
     "scan_deltas",
     "scan_ends",
     "scan_packets",

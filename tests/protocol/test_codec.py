@@ -24,12 +24,12 @@ from pyspark_s2s.protocol.codec import (
     encode_packet,
     encode_packet_header,
     packet_offsets,
+    packet_size,
     scan_deltas,
     scan_ends,
     scan_packets,
     scan_spans,
 )
-from pyspark_s2s.protocol.scan import packet_size
 from pyspark_s2s.protocol.stream import packets_of
 
 attributes = st.dictionaries(st.text(max_size=20), st.text(max_size=40), max_size=6)
