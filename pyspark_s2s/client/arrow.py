@@ -463,18 +463,16 @@ class BatchReader:
                     f"stream ended inside packet {self.packets + 1} ({end - start} bytes of it received)"
                 )
             return None
+        # the smaller part is copied: either the batch's bytes, or the start of the next packet,
+        # which then goes into a new buffer sized for a batch like this one while the buffer
+        # itself goes to Arrow (never written there again: a large FlowFile is not copied here)
+        handed = end - consumed < consumed - start
         with memoryview(self._buf) as view:
             self._crc = crc32(view[start:consumed], self._crc)
-            if end - consumed < consumed - start:
-                # the buffer itself goes to Arrow (never written there again); the start of the
-                # next packet, the smaller part, is copied into a new one sized for a batch like
-                # this: a large FlowFile is not copied here at all
-                data = self._buf.slice(start, consumed - start)
-                self._start = consumed
-                self._move(end - consumed, min(max(_BUFFER_START, (consumed - start) * 5 // 4), _BUFFER_MOST))
-            else:
-                data = pa.py_buffer(bytes(view[start:consumed]))  # one copy, the smaller part
-                self._start = consumed
+            data = self._buf.slice(start, consumed - start) if handed else pa.py_buffer(bytes(view[start:consumed]))
+        self._start = consumed
+        if handed:
+            self._move(end - consumed, min(max(_BUFFER_START, (consumed - start) * 5 // 4), _BUFFER_MOST))
         sizes, counts = self._sizes, self._counts
         self._sizes, self._counts = array("q"), array("q")
         batch = sizes_to_record_batch(data, sizes, counts)
