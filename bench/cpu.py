@@ -9,8 +9,10 @@ Elsewhere than Linux every figure is 0.
 
 from __future__ import annotations
 
+import bisect
 import os
 import statistics
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -151,3 +153,109 @@ def median_split(meters: list[CpuMeter], rows: int, per: int) -> tuple[str, floa
     roles = (f"JVM {med('JVM'):.2f}, Python workers {med('Python workers'):.2f}, server {med('server'):.2f}, "
              f"bench {med('bench'):.2f}, other {med('other'):.2f}")
     return roles, bound
+
+
+def _cpu_with_children(pid: int) -> float | None:
+    """CPU-seconds of ``pid`` and of the children it has reaped (as :func:`_processes` counts it),
+    or None when it is gone."""
+    stat = _stat(pid)
+    return None if stat is None else sum(int(x) for x in stat[1][11:15]) / _TICK
+
+
+#: a :class:`CpuSampler` walks all of ``/proc`` every this many samples (new processes: Spark's
+#: Python workers), and reads only the processes it knows in between
+_FULL_EVERY = 10
+
+
+class CpuSampler:
+    """Every role's CPU-seconds (as :class:`CpuMeter` names them) sampled on a thread every
+    ``period`` seconds, so that a window inside a run (a Spark micro-batch, from its progress
+    report) gets its own split: a query's start-up leaves cores idle, and a split from start to end
+    cannot tell whether the micro-batches themselves kept the machine busy.
+
+    Every tenth sample walks ``/proc`` (about 1.5 ms with 65 processes here), the others read the
+    processes found then (a few reads); the sampler's own CPU counts under ``bench``. A process
+    first seen in a sample counts from zero, with all of its CPU in the interval before that
+    sample, as :class:`CpuMeter` counts one that starts in between; one gone between two walks
+    counts in its parent's time once reaped.
+    """
+
+    def __init__(self, server_pids: tuple[int, ...] = (), period: float = 0.05) -> None:
+        self.server_pids = server_pids
+        self.period = period
+        self.cores = os.cpu_count() or 1
+        #: (wall clock, cumulative CPU-s per role since start, the machine's busy CPU-s since start)
+        self.samples: list[tuple[float, dict[str, float], float]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> CpuSampler:
+        self._last = _roles(self.server_pids)
+        self._machine0 = machine_busy_seconds()
+        self.samples = [(time.time(), {}, 0.0)]
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self, full: bool = True) -> None:
+        if full:
+            now = _roles(self.server_pids)
+        else:  # only the processes the last full walk found: a read of /proc/<pid>/stat each
+            now = {}
+            for pid, (role, _) in self._last.items():
+                cpu = _cpu_with_children(pid)
+                if cpu is not None:
+                    now[pid] = (role, cpu)
+        machine = machine_busy_seconds() - self._machine0
+        t = time.time()
+        totals = dict(self.samples[-1][1])
+        for pid, (role, cpu) in now.items():
+            before = self._last.get(pid, (role, 0.0))[1]
+            totals[role] = totals.get(role, 0.0) + max(0.0, cpu - before)
+        self._last = now
+        self.samples.append((t, totals, machine))
+
+    def _run(self) -> None:
+        n = 0
+        while not self._stop.wait(self.period):
+            n += 1
+            self._sample(full=n % _FULL_EVERY == 0)
+
+    def stop(self) -> CpuSampler:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+        self._sample()
+        return self
+
+    def _at(self, t: float) -> tuple[dict[str, float], float]:
+        """The cumulative CPU-s per role and of the machine at wall-clock ``t``, interpolated
+        linearly between the samples around it (clamped to the first and last)."""
+        samples = self.samples
+        i = bisect.bisect_left([s[0] for s in samples], t)
+        if i <= 0:
+            return dict(samples[0][1]), samples[0][2]
+        if i >= len(samples):
+            return dict(samples[-1][1]), samples[-1][2]
+        (ta, ra, ma), (tb, rb, mb) = samples[i - 1], samples[i]
+        f = (t - ta) / (tb - ta) if tb > ta else 1.0
+        roles = {k: ra.get(k, 0.0) + f * (rb.get(k, 0.0) - ra.get(k, 0.0)) for k in set(ra) | set(rb)}
+        return roles, ma + f * (mb - ma)
+
+    def window(self, t0: float, t1: float) -> dict[str, float]:
+        """CPU-seconds per role between wall-clock times ``t0`` and ``t1`` (``other``: the rest of
+        the machine)."""
+        (r0, m0), (r1, m1) = self._at(t0), self._at(t1)
+        used = {k: max(0.0, r1.get(k, 0.0) - r0.get(k, 0.0)) for k in set(r0) | set(r1)}
+        used["other"] = max(0.0, (m1 - m0) - sum(used.values()))
+        return used
+
+    def windows(self, spans: list[tuple[float, float]]) -> CpuMeter:
+        """The CPU of several windows added up, as a :class:`CpuMeter` whose wall time is theirs."""
+        meter = CpuMeter(self.server_pids, cores=self.cores)
+        for t0, t1 in spans:
+            for k, v in self.window(t0, t1).items():
+                meter.used[k] = meter.used.get(k, 0.0) + v
+            meter.wall += max(0.0, t1 - t0)
+        return meter

@@ -18,7 +18,11 @@ hands its staged batches to Spark) and of 2,048 (the size Spark takes these rows
 faster of the two is the ceiling the ratios use.
 A warm-up query of each comes first. Prints medians (rows/s) and the ratio spark/client, and where
 each run's CPU went (``bench/cpu.py``: JVM, Python workers, server, this process) with the rate the
-machine's cores would allow at that CPU. Bounded: every wait has a limit.
+machine's cores would allow at that CPU: from ``start()`` to the end, and inside the micro-batches
+only (``addBatch``, placed by Spark's progress report; ``CpuSampler`` samples every 50 ms), where a
+run at 0.9 or more of that rate is bound by the machine. ``--partitions P`` reads with
+``minPartitions=P`` and splits the ceiling's rows over P partitions too. Bounded: every wait has a
+limit.
 
 ``--records`` measures record mode instead (docs/benchmarks.md, "Record mode: reading"): rows of
 five columns (long, ~10-character string, double, boolean, timestamp) packed
@@ -44,7 +48,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.cpu import CpuMeter, median_split
+from bench.cpu import CpuMeter, CpuSampler, median_split
 from pyspark_s2s.server.process import ServerSubprocess
 
 REPO = Path(__file__).resolve().parents[1]
@@ -102,7 +106,31 @@ def available_now(writer: Any, work: Path, expect: int, what: str) -> tuple[floa
     if got != expect:
         raise RuntimeError(f"spark read {got} of {expect} ({what})")
     batch_ms = sum(p["durationMs"].get("addBatch", 0) for p in q.recentProgress if p["numInputRows"])
+    LAST_WINDOWS[:] = batch_windows(q.recentProgress)
     return secs, q, batch_ms / 1000
+
+
+#: the wall-clock spans of the last query's micro-batches (``addBatch``), set by :func:`available_now`
+LAST_WINDOWS: list[tuple[float, float]] = []
+#: what a trigger does before its ``addBatch``, in this order (Spark's MicroBatchExecution)
+_BEFORE_ADD_BATCH = ("latestOffset", "getOffset", "setOffsetRange", "walCommit", "getBatch", "queryPlanning")
+
+
+def batch_windows(progress: list[Any]) -> list[tuple[float, float]]:
+    """The wall-clock span (epoch seconds) of each micro-batch's ``addBatch`` that read rows, from
+    its trigger's start (``timestamp``) and the phases before it (``durationMs``; millisecond
+    precision, a few ms of bookkeeping between phases not counted)."""
+    from datetime import datetime
+
+    spans = []
+    for p in progress:
+        if not p["numInputRows"]:
+            continue
+        start = datetime.fromisoformat(p["timestamp"]).timestamp()  # Python 3.11+ reads the Z
+        took = p["durationMs"]
+        t0 = start + sum(took.get(k, 0) for k in _BEFORE_ADD_BATCH) / 1000
+        spans.append((t0, t0 + took.get("addBatch", 0) / 1000))
+    return spans
 
 
 def spark_read(spark: Any, url: str, n: int, partitions: int, work: Path) -> tuple[float, float]:
@@ -201,11 +229,13 @@ def fill_content(url: str, content: bytes, count: int, attrs: dict[str, str]) ->
             sent += k
 
 
-def spark_read_records(spark: Any, url: str, fmt: str, rows: int, work: Path) -> tuple[float, float]:
+def spark_read_records(spark: Any, url: str, fmt: str, rows: int, work: Path,
+                       partitions: int = 1) -> tuple[float, float]:
     """Like :func:`spark_read`, in record mode: (end-to-end rows/s, micro-batch rows/s)."""
     shutil.rmtree(work, ignore_errors=True)
     df = (spark.readStream.format("nifi-s2s").option("url", url).option("portName", OUT_PORT)
           .option("stagingLocation", str(work / "staging")).option("recordFormat", fmt)
+          .option("minPartitions", str(partitions))
           .option("timeout", "120 sec").schema(RECORD_DDL).load())
     secs, _, batch = available_now(df.writeStream.format("noop"), work, rows, f"{fmt} rows")
     return rows / secs, rows / batch
@@ -225,6 +255,7 @@ def register_ceiling(spark: Any) -> None:
             self.per_batch = int(options["perBatch"])
             self.flowfiles = options.get("mode") == "flowfiles"
             self.content_bytes = int(options.get("contentBytes", len(CONTENT)))
+            self.parts = int(options.get("partitions", "1"))
 
         def initialOffset(self) -> dict[str, int]:
             return {"i": 0}
@@ -233,15 +264,18 @@ def register_ceiling(spark: Any) -> None:
             return {"i": 1}
 
         def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
-            return [InputPartition(0)] if end["i"] > start["i"] else []
+            return [InputPartition(i) for i in range(self.parts)] if end["i"] > start["i"] else []
 
         def commit(self, end: dict[str, int]) -> None:
             return None
 
         def read(self, partition: InputPartition) -> Any:
+            # the rows split evenly over the partitions (the first ones take the remainder)
+            index = partition.value
+            rows = self.rows // self.parts + (1 if index < self.rows % self.parts else 0)
             if self.flowfiles:
                 from bench.spark_read import flowfile_batch
-                yield from repeat_batch(flowfile_batch(self.per_batch, self.content_bytes), self.rows)
+                yield from repeat_batch(flowfile_batch(self.per_batch, self.content_bytes), rows)
                 return
             from pyspark.sql.pandas.types import to_arrow_schema
             from pyspark.sql.types import (
@@ -261,7 +295,7 @@ def register_ceiling(spark: Any) -> None:
             schema = to_arrow_schema(spark_schema, timezone="UTC")
             t = record_table(self.per_batch)
             batch = t.set_column(4, "ts", t.column("ts").cast(schema.field("ts").type)).cast(schema).to_batches()[0]
-            yield from repeat_batch(batch, self.rows)
+            yield from repeat_batch(batch, rows)
 
     class CeilingSource(DataSource):
         @classmethod
@@ -310,10 +344,13 @@ def flowfile_batch(n: int, content_bytes: int = len(CONTENT)) -> Any:
     ], schema=schema)
 
 
-def ceiling(spark: Any, rows: int, per_batch: int, work: Path, mode: str = "records") -> tuple[float, float]:
+def ceiling(spark: Any, rows: int, per_batch: int, work: Path, mode: str = "records",
+            partitions: int = 1) -> tuple[float, float]:
+    """The ceiling source's (end-to-end rows/s, micro-batch rows/s): ``rows`` over ``partitions``."""
     shutil.rmtree(work, ignore_errors=True)
     df = (spark.readStream.format("bench-ceiling").option("rows", str(rows)).option("perBatch", str(per_batch))
-          .option("mode", mode).option("contentBytes", str(len(CONTENT))).load())
+          .option("mode", mode).option("contentBytes", str(len(CONTENT))).option("partitions", str(partitions))
+          .load())
     secs, q, batch = available_now(df.writeStream.format("noop"), work, rows, "ceiling")
     print(f"    ceiling: {secs:.2f} s from start() to the end; Spark's progress: {progress_split(q.recentProgress)}",
           flush=True)
@@ -378,6 +415,7 @@ def records_main(args: argparse.Namespace) -> int:
         "ceiling", "per-row", *args.formats, *(f"{f}:files" for f in file_formats),
         *(f"{f}:spark" for f in file_formats))}
     cpu: dict[str, list[CpuMeter]] = {k: [] for k in results}
+    cpu_mb: dict[str, list[CpuMeter]] = {k: [] for k in results}  # in the micro-batches only
     loads: list[str] = []
     try:
         with ServerSubprocess(["--ttl", "120", "--input-port", IN_PORT, "--output-port", OUT_PORT,
@@ -387,26 +425,28 @@ def records_main(args: argparse.Namespace) -> int:
             def measured(key: str, run: Any, *run_args: Any) -> None:
                 """One timed query of ``key`` (``run(*run_args)``), with where its CPU went (start to end)."""
                 meter = CpuMeter((server.pid,)).start()
+                sampler = CpuSampler((server.pid,)).start()
                 results[key].append(run(*run_args))
                 cpu[key].append(meter.stop())
+                cpu_mb[key].append(sampler.stop().windows(LAST_WINDOWS))
 
             for fmt in args.formats:  # warm-up: imports, Python workers, caches
                 fill_content(url, contents[fmt], 2, attrs)
-                spark_read_records(spark, url, fmt, 2 * per_ff, work / f"warm-{fmt}")
+                spark_read_records(spark, url, fmt, 2 * per_ff, work / f"warm-{fmt}", args.partitions)
             for fmt in file_formats:
                 fill_content(url, contents[fmt], 2, attrs)
                 spark_read_files(spark, url, fmt, 2 * per_ff, 2, work / f"warm-files-{fmt}")
                 spark_own_files(spark, fmt, contents[fmt], 2, 2 * per_ff, work / f"warm-spark-{fmt}")
             fill(url, 2000)
-            spark_read(spark, url, 2000, 1, work / "warm")
-            ceiling(spark, per_ff, CEILING_BATCH, work / "warm-ceiling")
+            spark_read(spark, url, 2000, args.partitions, work / "warm")
+            ceiling(spark, per_ff, CEILING_BATCH, work / "warm-ceiling", partitions=args.partitions)
             for r in range(args.rounds):
-                measured("ceiling", ceiling, spark, rows, CEILING_BATCH, work / f"c{r}")
+                measured("ceiling", ceiling, spark, rows, CEILING_BATCH, work / f"c{r}", "records", args.partitions)
                 fill(url, args.per_row_flowfiles)
-                measured("per-row", spark_read, spark, url, args.per_row_flowfiles, 1, work / f"p{r}")
+                measured("per-row", spark_read, spark, url, args.per_row_flowfiles, args.partitions, work / f"p{r}")
                 for fmt in args.formats:
                     fill_content(url, contents[fmt], count, attrs)
-                    measured(fmt, spark_read_records, spark, url, fmt, rows, work / f"{fmt}{r}")
+                    measured(fmt, spark_read_records, spark, url, fmt, rows, work / f"{fmt}{r}", args.partitions)
                 for fmt in file_formats:
                     fill_content(url, contents[fmt], count, attrs)
                     measured(f"{fmt}:files", spark_read_files, spark, url, fmt, rows, count, work / f"f{fmt}{r}")
@@ -436,6 +476,12 @@ def records_main(args: argparse.Namespace) -> int:
         n = args.per_row_flowfiles if k == "per-row" else rows
         _, bound = median_split(meters, n, 1_000_000)
         print(f"    {k:13}: {cpu_line(meters, n)} ({med[k][0] / bound:.2f} of it)")
+    print("  the same in the micro-batches only (addBatch, from Spark's progress; sampled every 50 ms), and the "
+          "micro-batch rate's share of the rate that CPU allows (>= 0.9: bound by the machine):")
+    for k, meters in cpu_mb.items():
+        n = args.per_row_flowfiles if k == "per-row" else rows
+        _, bound = median_split(meters, n, 1_000_000)
+        print(f"    {k:13}: {cpu_line(meters, n)} ({med[k][1] / bound:.2f} of it)")
     return 0
 
 
@@ -617,7 +663,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="per-FlowFile mode: each FlowFile's content size (default 100; 1048576 for the 1 MiB "
                          "reads); the rates are also given in MiB/s")
     ap.add_argument("--partitions", type=int, default=1,
-                    help="minPartitions of the Spark read (default 1: the source's default for one node)")
+                    help="minPartitions of the Spark read, and the ceiling's partitions (default 1: the source's default "
+                         "for one node)")
     ap.add_argument("--records", action="store_true", help="measure record mode (see the module doc)")
     ap.add_argument("--rows", type=int, default=2_000_000, help="record mode: rows per format and run")
     ap.add_argument("--records-per-flowfile", type=int, default=10_000)
@@ -654,8 +701,10 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-spark-read-"))
     results: dict[str, list[float]] = {"client": [], "spark": [], "batch": []}
     cpu: dict[str, list[CpuMeter]] = {"client": [], "spark": []}
+    cpu_mb: dict[str, list[CpuMeter]] = {"spark": []}  # in the micro-batches only
     for n in sizes:
         results[f"ceiling {n}"], results[f"ceiling-batch {n}"], cpu[f"ceiling {n}"] = [], [], []
+        cpu_mb[f"ceiling {n}"] = []
     loads: list[str] = []
     try:
         with ServerSubprocess(["--ttl", "120", "--input-port", IN_PORT, "--output-port", OUT_PORT,
@@ -665,12 +714,14 @@ def main(argv: list[str] | None = None) -> int:
             fill(url, warm)  # warm up both paths (JIT of nothing, but caches, imports, workers)
             spark_read(spark, url, warm, args.partitions, work / "warm")
             for n in sizes:
-                ceiling(spark, warm, n, work / f"warm-ceiling-{n}", "flowfiles")
+                ceiling(spark, warm, n, work / f"warm-ceiling-{n}", "flowfiles", args.partitions)
             for r in range(args.rounds):
                 for n in sizes:
                     meter = CpuMeter((server.pid,)).start()
-                    e2e, mb = ceiling(spark, args.flowfiles, n, work / f"c{r}-{n}", "flowfiles")
+                    sampler = CpuSampler((server.pid,)).start()
+                    e2e, mb = ceiling(spark, args.flowfiles, n, work / f"c{r}-{n}", "flowfiles", args.partitions)
                     cpu[f"ceiling {n}"].append(meter.stop())
+                    cpu_mb[f"ceiling {n}"].append(sampler.stop().windows(LAST_WINDOWS))
                     results[f"ceiling {n}"].append(e2e)
                     results[f"ceiling-batch {n}"].append(mb)
                     print(f"round {r + 1} ceiling ({n:,}-row batches): {e2e:>10,.0f} rows/s end to end, {mb:,.0f} "
@@ -679,6 +730,7 @@ def main(argv: list[str] | None = None) -> int:
                 for which in order:
                     fill(url, args.flowfiles)
                     meter = CpuMeter((server.pid,)).start()
+                    sampler = CpuSampler((server.pid,)).start()
                     if which == "client":
                         rate = client_arrow(url, args.flowfiles)
                         print(f"round {r + 1} client: {rate:>10,.0f} rows/s", flush=True)
@@ -688,6 +740,9 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"round {r + 1}  spark: {rate:>10,.0f} rows/s end to end, "
                               f"{batch_rate:,.0f} rows/s in its micro-batches", flush=True)
                     cpu[which].append(meter.stop())
+                    sampler.stop()
+                    if which == "spark":
+                        cpu_mb[which].append(sampler.windows(LAST_WINDOWS))
                     print(f"    {meter.summary()}", flush=True)
                     results[which].append(rate)
                 loads.append(load_average())
@@ -716,6 +771,12 @@ def main(argv: list[str] | None = None) -> int:
           f"the {os.cpu_count()} cores the run kept busy, and the rate all of them could give at that CPU:")
     for which in ("client", "spark", *(f"ceiling {n}" for n in sizes)):
         print(f"    {which:<14}: {cpu_line(cpu[which], args.flowfiles)}")
+    print("  the same in the micro-batches only (addBatch, from Spark's progress; sampled every 50 ms), and the "
+          "micro-batch rate's share of the rate that CPU allows (>= 0.9: bound by the machine):")
+    for which, meters in cpu_mb.items():
+        mb = b if which == "spark" else med[which.replace("ceiling", "ceiling-batch")]
+        _, bound = median_split(meters, args.flowfiles, 1_000_000)
+        print(f"    {which:<14}: {cpu_line(meters, args.flowfiles)} ({mb / bound:.2f} of it)")
     return 0
 
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from bench.cpu import CpuMeter, cpu_seconds, machine_busy_seconds
+from bench.cpu import CpuMeter, CpuSampler, cpu_seconds, machine_busy_seconds
 
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {secs}: pass\n"
 
@@ -52,3 +52,47 @@ def test_gone_processes_read_as_zero() -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
     assert cpu_seconds(child.pid) == 0.0
+
+
+def _wait_cpu(pid: int, at_least: float, limit: float = 30.0) -> float:
+    """Wait until process ``pid`` has used ``at_least`` CPU-seconds; the wall-clock time then."""
+    deadline = time.monotonic() + limit
+    while cpu_seconds(pid) < at_least:
+        assert time.monotonic() < deadline, f"process {pid} did not burn {at_least} s within {limit} s"
+        time.sleep(0.01)
+    return time.time()
+
+
+def test_a_window_gets_the_cpu_burnt_in_it_and_a_quiet_one_none() -> None:
+    # the "server" starts, burns 0.8 s of CPU, then sleeps: the sampler's windows tell the two apart
+    server = subprocess.Popen([sys.executable, "-c", BURN.format(secs=0.8) + "time.sleep(30)"])
+    try:
+        sampler = CpuSampler((server.pid,), period=0.02).start()
+        burning = _wait_cpu(server.pid, 0.2)
+        burnt = _wait_cpu(server.pid, 0.7)
+        # once the burn is over (0.8 s of CPU), the process only sleeps
+        done = _wait_cpu(server.pid, 0.8)
+        time.sleep(0.6)
+        sampler.stop()
+    finally:
+        server.kill()
+        server.wait()
+    busy = sampler.window(burning, burnt)
+    assert busy["server"] >= 0.3  # 0.5 s burnt in it, less the clock ticks at either end
+    assert busy["server"] <= (burnt - burning) + 0.1  # one process: at most one core
+    quiet = sampler.window(done + 0.1, done + 0.5)
+    assert quiet["server"] <= 0.05
+    both = sampler.windows([(burning, burnt), (done + 0.1, done + 0.5)])
+    assert abs(both.used["server"] - busy["server"] - quiet["server"]) < 1e-6
+    assert abs(both.wall - ((burnt - burning) + 0.4)) < 1e-6  # epoch seconds: microsecond precision
+    assert both.used["other"] >= 0.0 and "cores busy" in both.summary()
+
+
+def test_a_window_outside_the_samples_is_clamped_to_them() -> None:
+    sampler = CpuSampler(period=0.02).start()
+    _burn(0.2)
+    sampler.stop()
+    first, last = sampler.samples[0][0], sampler.samples[-1][0]
+    whole = sampler.window(first - 100, last + 100)
+    assert whole == sampler.window(first, last)
+    assert whole["bench"] >= 0.15  # this process's burn, with the sampler's own reads
