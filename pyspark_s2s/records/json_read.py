@@ -169,6 +169,8 @@ def json_rows(content: Any, first: bytes) -> int | None:
     shape = limits.json_structure(content)
     if shape is None:
         return None
+    if first == b"[" and shape.one_shallow_array():
+        return shape.tokens.count(b"{")  # NiFi's default output: one array of records of scalar fields
     top = shape.at(0)
     if first == b"[":
         if top != b"[]":

@@ -250,9 +250,33 @@ class JsonStructure:
     an opening or closing bracket has the level of the container it is in (the top level is 0),
     a ``,`` or ``:`` the level of the container it separates in (1 inside a top-level array)."""
 
-    def __init__(self, tokens: bytes, levels: pa.Array | list[int] | None) -> None:
+    def __init__(self, tokens: bytes, levels: pa.Array | list[int] | None, depth: pa.Array | None = None,
+                 deepest: int = 0) -> None:
         self.tokens = tokens
-        self.levels = levels
+        self._levels = levels
+        self._depth = depth  # the depth after each token (the levels are made from it when asked for)
+        self.deepest = deepest
+
+    @property
+    def levels(self) -> pa.Array | list[int] | None:
+        if self._levels is None and self._depth is not None:
+            opening = pa.Array.from_buffers(pa.int8(), len(self.tokens),
+                                            [None, pa.py_buffer(self.tokens.translate(_JSON_OPEN))])
+            self._levels = pc.subtract(self._depth, pc.cast(opening, pa.int32()))
+        return self._levels
+
+    def one_shallow_array(self) -> bool:
+        """Whether the text is one array nested at most two deep (its elements' own brackets: NiFi's
+        default output, records of scalar fields): then its tokens at level 0 are its two brackets,
+        and every ``{`` is at level 1. Found without the levels (a check of the depth after each
+        token)."""
+        tokens = self.tokens
+        if self.deepest > 2 or tokens[:1] != b"[" or tokens[-1:] != b"]":
+            return False
+        if self._depth is None:
+            return self.at(0) == b"[]"
+        # between the brackets the depth never returns to 0: no token of the top level in between
+        return len(tokens) == 2 or pc.min(self._depth.slice(0, len(tokens) - 1)).as_py() >= 1
 
     def at(self, level: int) -> bytes:
         """The tokens of ``level``, in order."""
@@ -301,8 +325,7 @@ def json_structure(data: Any, max_depth: int = MAX_JSON_DEPTH, what: str = "the 
                                  "content too)")
     if extremes["min"] < 0 or depth[len(depth) - 1].as_py() != 0:
         return None
-    opening = pa.Array.from_buffers(pa.int8(), len(s), [None, pa.py_buffer(s.translate(_JSON_OPEN))])
-    return JsonStructure(s, pc.subtract(depth, pc.cast(opening, pa.int32())))
+    return JsonStructure(s, None, depth, extremes["max"])
 
 
 #: structural tokens below this many are walked in Python (Arrow's calls cost more for a few)
@@ -312,7 +335,7 @@ _DEPTH_CHANGE = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1, ord(","):
 
 def _small_structure(s: bytes, max_depth: int, what: str) -> JsonStructure | None:
     levels = []
-    depth = 0
+    depth = deepest = 0
     for t in s:
         change = _DEPTH_CHANGE[t]
         depth += change
@@ -321,8 +344,9 @@ def _small_structure(s: bytes, max_depth: int, what: str) -> JsonStructure | Non
                                      "such content too)")
         if depth < 0:
             return None
+        deepest = max(deepest, depth)
         levels.append(depth - 1 if change > 0 else depth)
-    return JsonStructure(s, levels) if depth == 0 else None
+    return JsonStructure(s, levels, deepest=deepest) if depth == 0 else None
 
 
 def _outside_strings(s: bytes) -> bytes:
