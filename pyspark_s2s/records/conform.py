@@ -110,16 +110,18 @@ def _check_decimals(arr: pa.Array, name: str) -> None:
         _check_decimals(arr.items, f"{name} value")
 
 
-def _epoch_ms(arr: pa.Array) -> pa.Array:
-    """Epoch milliseconds (integers, or text of digits) as timestamp[ms, UTC]."""
+def _epoch_ms(arr: pa.Array, trim: bool = True) -> pa.Array:
+    """Epoch milliseconds (integers, or text of digits) as timestamp[ms, UTC]; ``trim``: text
+    may have white space around its digits."""
     if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
-        arr = pc.cast(pc.utf8_trim_whitespace(arr), pa.int64())
+        arr = pc.cast(pc.utf8_trim_whitespace(arr) if trim else arr, pa.int64())
     return pc.cast(pc.cast(arr, pa.int64()), pa.timestamp("ms", tz="UTC"))
 
 
-def _ms_of_day(arr: pa.Array) -> pa.Array:
-    """Milliseconds of the day (integers, or text of digits) as time32[ms]."""
-    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+def _ms_of_day(arr: pa.Array, trim: bool = True) -> pa.Array:
+    """Milliseconds of the day (integers, or text of digits) as time32[ms]; ``trim`` as for
+    :func:`_epoch_ms`."""
+    if trim and (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
         arr = pc.utf8_trim_whitespace(arr)
     return pc.cast(pc.cast(arr, pa.int32()), pa.time32("ms"))
 
@@ -138,8 +140,8 @@ def _per_value(arr: pa.Array, t: pa.DataType, from_digits: Any, from_text: Any) 
         arr = pc.cast(arr, pa.string())
     if pc.all(pc.ascii_is_decimal(arr)).as_py():
         # only digits (NiFi's epoch milliseconds, the usual case): each matches _DIGITS, and
-        # this check costs a tenth of the regular expression's
-        return pc.cast(from_digits(arr), t)
+        # this check costs a tenth of the regular expression's; no white space to trim
+        return pc.cast(from_digits(arr, False), t)
     digits = pc.match_substring_regex(arr, _DIGITS)
     count = pc.sum(digits).as_py() or 0
     if count == len(arr) - arr.null_count:
