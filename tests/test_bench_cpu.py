@@ -63,6 +63,18 @@ def _wait_cpu(pid: int, at_least: float, limit: float = 30.0) -> float:
     return time.time()
 
 
+def _settled(pid: int, limit: float = 30.0) -> float:
+    """Wait until process ``pid`` uses no more CPU for 0.2 s (its interpreter's start-up came
+    before its burn's own clock: the burn ends a little after 0.8 s); the wall-clock time then."""
+    deadline = time.monotonic() + limit
+    while True:
+        before = cpu_seconds(pid)
+        time.sleep(0.2)
+        if cpu_seconds(pid) == before:
+            return time.time()
+        assert time.monotonic() < deadline, f"process {pid} kept burning CPU for {limit} s"
+
+
 def test_a_window_gets_the_cpu_burnt_in_it_and_a_quiet_one_none() -> None:
     # the "server" starts, burns 0.8 s of CPU, then sleeps: the sampler's windows tell the two apart
     server = subprocess.Popen([sys.executable, "-c", BURN.format(secs=0.8) + "time.sleep(30)"])
@@ -70,8 +82,8 @@ def test_a_window_gets_the_cpu_burnt_in_it_and_a_quiet_one_none() -> None:
         sampler = CpuSampler((server.pid,), period=0.02).start()
         burning = _wait_cpu(server.pid, 0.2)
         burnt = _wait_cpu(server.pid, 0.7)
-        # once the burn is over (0.8 s of CPU), the process only sleeps
-        done = _wait_cpu(server.pid, 0.8)
+        _wait_cpu(server.pid, 0.8)
+        done = _settled(server.pid)  # the burn is over: the process only sleeps from here
         time.sleep(0.6)
         sampler.stop()
     finally:
