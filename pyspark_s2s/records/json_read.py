@@ -183,27 +183,12 @@ def json_rows(content: Any, first: bytes) -> int | None:
     return len(top) // 2
 
 
-_WRAP_HEAD, _WRAP_TAIL = b'{"records":', b"}"
-
-
-def _wrapped(buf: pa.Buffer) -> pa.Buffer:
-    """``{"records":`` + the content + ``}``, written into Arrow's memory pool, which keeps freed
-    memory for the next FlowFile (a bytes object this large is fresh memory from the system each
-    time: a page fault per 4 KiB)."""
-    out = pa.allocate_buffer(len(_WRAP_HEAD) + buf.size + len(_WRAP_TAIL))
-    view = memoryview(out).cast("B")
-    view[:len(_WRAP_HEAD)] = _WRAP_HEAD
-    view[len(_WRAP_HEAD):len(_WRAP_HEAD) + buf.size] = memoryview(buf).cast("B")
-    view[len(_WRAP_HEAD) + buf.size:] = _WRAP_TAIL
-    return out
-
-
 def _json_parse(buf: pa.Buffer, first: bytes, schema: pa.Schema) -> pa.Table:
     import pyarrow.json as pjson
     if first == b"[":
         # NiFi's default output: one top-level array of records. pyarrow reads line-delimited
         # objects, so the array becomes one object's field, read as a list of structs and flattened
-        data = _wrapped(buf)
+        data = limits.pooled(b'{"records":', buf, b"}")  # in Arrow's pool: no new memory per FlowFile
         wrapped = pa.schema([pa.field("records", pa.list_(pa.struct(list(schema))))])
         table = pjson.read_json(
             pa.BufferReader(data), read_options=pjson.ReadOptions(use_threads=False, block_size=_block_size(data)),

@@ -8,7 +8,8 @@ decompressed by its codec with the output capped, never more than the cap alloca
 their depth, found without a parser, so content nested deeper than :data:`MAX_JSON_DEPTH` never
 reaches one), :func:`csv_open_quote` (the quote a CSV opens and never closes) and
 :func:`row_bytes` (the bytes one row of an Arrow type takes), :func:`parquet_pages` (the sizes and
-value counts Parquet's page headers claim, read without pyarrow).
+value counts Parquet's page headers claim, read without pyarrow), and :func:`pooled` (bytes laid
+out for a reader in Arrow's memory pool, not in fresh memory per FlowFile).
 
 Record sets come from any upstream flow, and the libraries that parse them (pyarrow, polars,
 fastavro, zlib, ...) allocate what the content claims: a block that inflates to 10 GB, a block
@@ -18,7 +19,7 @@ FlowFile takes is bounded by its size times a small factor plus a fixed amount, 
 a pass over what that memory holds (every check here is linear). What does not pass is
 :class:`~pyspark_s2s.errors.MalformedRecordSet`, naming the format and the claim.
 
-Why one module of ~620 lines: it is one job, the bounds, and a reviewer checking that every claim
+Why one module of ~700 lines: it is one job, the bounds, and a reviewer checking that every claim
 a content can make is capped wants them side by side; each checker is short and self-contained.
 
 Must not import: pyspark, the server, the client.
@@ -51,6 +52,7 @@ __all__ = [
     "json_structure",
     "parquet_chunks",
     "parquet_pages",
+    "pooled",
     "row_bytes",
 ]
 
@@ -621,15 +623,20 @@ def parquet_values_file(page: Any, count: int, uncompressed: int, codec: int) ->
     footer = _compact([(1, 5, 1), (2, 9, (12, [[(4, 8, b"schema"), (5, 5, 1)], [(1, 5, 6), (3, 5, 0), (4, 8, b"v")]])),
                        (3, 6, count), (4, 9, (12, [[(1, 9, (12, [[(2, 6, start), (3, 12, chunk)]])),
                                                    (2, 6, len(header) + uncompressed), (3, 6, count)]]))])
-    # written into Arrow's memory pool, which keeps freed memory for the next one (a bytes object
-    # of this size is fresh memory from the system each time: a page fault per 4 KiB)
-    parts = (b"PAR1", header, memoryview(page).cast("B"), footer, len(footer).to_bytes(4, "little"), b"PAR1")
-    out = pa.allocate_buffer(sum(len(p) for p in parts))
-    view = memoryview(out).cast("B")
+    return pooled(b"PAR1", header, page, footer, len(footer).to_bytes(4, "little"), b"PAR1")
+
+
+def pooled(*parts: Any) -> pa.Buffer:
+    """``parts`` (bytes-like: bytes, memoryviews, Arrow buffers) one after another in one buffer
+    of Arrow's memory pool, which keeps freed memory for the next one (a bytes object this large
+    is fresh memory from the system each time: a page fault per 4 KiB)."""
+    views = [memoryview(p).cast("B") for p in parts]
+    out = pa.allocate_buffer(sum(v.nbytes for v in views))
+    target = memoryview(out).cast("B")
     at = 0
-    for part in parts:
-        view[at:at + len(part)] = part
-        at += len(part)
+    for v in views:
+        target[at:at + v.nbytes] = v
+        at += v.nbytes
     return out
 
 

@@ -89,3 +89,13 @@ def test_shapes_that_are_not_one_array_of_records_are_still_refused() -> None:
         json_rows(many, b"{")
     assert json_rows(b"[" + many + b"]", b"[") == 300
     assert json_rows(b"[" + many + b',{"b":[{"c":1}]}]', b"[") == 301  # a nested record is not counted
+
+
+def test_pooled_lays_any_bytes_like_parts_end_to_end_in_one_arrow_buffer() -> None:
+    import pyarrow as pa
+
+    content = pa.py_buffer(b'[{"a":1}]')
+    out = limits.pooled(b'{"records":', content, memoryview(b"}"), memoryview(b"xyz")[1:2])
+    assert isinstance(out, pa.Buffer)
+    assert out.to_pybytes() == b'{"records":[{"a":1}]}y'
+    assert limits.pooled().size == 0
