@@ -47,6 +47,12 @@ def machine_busy_seconds() -> float:
     return (sum(ticks[:8]) - ticks[3] - ticks[4]) / _TICK
 
 
+def _with_children(fields: list[str]) -> float:
+    """utime + stime + cutime + cstime of a ``/proc/<pid>/stat`` (the fields after the name), in
+    seconds: a process's own CPU and that of the children it has reaped."""
+    return sum(int(x) for x in fields[11:15]) / _TICK
+
+
 def _processes() -> dict[int, tuple[int, str, float]]:
     """pid -> (parent pid, command name, CPU seconds) for every process visible in /proc."""
     out: dict[int, tuple[int, str, float]] = {}
@@ -61,7 +67,7 @@ def _processes() -> dict[int, tuple[int, str, float]]:
         comm, fields = stat
         # its own time and that of the children it has reaped: a Python worker that ends within the
         # measured span still counts, under the process that started it
-        out[int(name)] = (int(fields[1]), comm, sum(int(x) for x in fields[11:15]) / _TICK)
+        out[int(name)] = (int(fields[1]), comm, _with_children(fields))
     return out
 
 
@@ -159,7 +165,7 @@ def _cpu_with_children(pid: int) -> float | None:
     """CPU-seconds of ``pid`` and of the children it has reaped (as :func:`_processes` counts it),
     or None when it is gone."""
     stat = _stat(pid)
-    return None if stat is None else sum(int(x) for x in stat[1][11:15]) / _TICK
+    return None if stat is None else _with_children(stat[1])
 
 
 #: a :class:`CpuSampler` walks all of ``/proc`` every this many samples (new processes: Spark's
