@@ -40,6 +40,7 @@ __all__ = [
     "ProtocolError",
     "S2SError",
     "S2STimeoutError",
+    "SchemaChanged",
     "TransactionNotFoundError",
     "TransactionStateError",
     "TransportError",
@@ -153,6 +154,12 @@ class MalformedRecordSet(S2SError, ValueError):
     """A FlowFile's record set (Avro, JSON, CSV, Parquet) cannot be read, or a value does not fit
     the schema; the message names the field and the parse error, the Spark source adds the
     FlowFile uuid, format, peer and transaction."""
+
+
+class SchemaChanged(S2SError):
+    """A record set holds fields the read's schema lacks and ``schemaEvolutionMode`` is
+    ``addNewColumns`` or ``failOnNewColumns``: the message names each new field with its type,
+    the FlowFile, and what to do (restart, or change the schema)."""
 
 
 class CommandError(S2SError):

@@ -24,6 +24,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pyspark_s2s.errors import MalformedRecordSet
+from pyspark_s2s.records.drift import (
+    PARTIAL,
+    Drift,
+    cast_rescuing,
+    dumps,
+    rescue_json,
+    unknown_fields,
+)
 from pyspark_s2s.records.read_base import _ARROW_ERRORS, holds
 from pyspark_s2s.records.types import avro_name
 
@@ -49,25 +57,147 @@ def _match(name: str, names: Any) -> str | None:
     return field if field != name and field in names else None
 
 
-def conform(batch: pa.RecordBatch | pa.Table, target: pa.Schema) -> pa.RecordBatch:
-    """``batch`` as a record batch of exactly ``target`` (see the module doc)."""
+def conform(batch: pa.RecordBatch | pa.Table, target: pa.Schema, drift: Drift | None = None) -> pa.RecordBatch:
+    """``batch`` as a record batch of exactly ``target`` (see the module doc). With ``drift``, the
+    fields ``batch`` holds that ``target`` lacks are noted in it, with the rows that carry a value
+    in one; when it names a rescued-data column of ``target``, that column is filled (those
+    values, and the values that do not fit their column, which are then null: records.drift)."""
     if isinstance(batch, pa.Table):
         if not batch.num_rows:
             return pa.RecordBatch.from_pylist([], schema=target)
         batch = batch.combine_chunks().to_batches()[0]
     names = batch.schema.names
-    columns = []
+    rescuing = drift is not None and drift.rescued is not None and drift.rescued in target.names
+    columns: list[pa.Array | None] = []
+    used: dict[str, str] = {}  # source field -> the target field it fills
+    misfits: dict[str, list[int]] = {}  # source field -> rows whose values do not fit
     for f in target:
+        if rescuing and f.name == drift.rescued:  # type: ignore[union-attr]
+            columns.append(None)  # filled below
+            continue
         src = _match(f.name, names)
         if src is None:
             columns.append(pa.nulls(batch.num_rows, f.type))
             continue
         if names.count(src) > 1:
             raise MalformedRecordSet(f"the record set has {names.count(src)} fields named {src!r}")
-        columns.append(_cast(batch.column(src), f.type, f.name))
-        if not f.nullable and columns[-1].null_count:
+        used[src] = f.name
+        if rescuing:
+            column, bad = cast_rescuing(batch.column(src), _caster(f), MalformedRecordSet, f.type)
+            if bad:
+                misfits[src] = bad
+        else:
+            column = _cast(batch.column(src), f.type, f.name)
+        columns.append(column)
+        if not f.nullable and column.null_count:
             raise MalformedRecordSet(f"field {f.name} is declared NOT NULL but a record has no value for it")
+    if drift is not None:
+        rescued = _drift(batch, target, drift, used, misfits)
+        if rescued is not None:
+            columns = [rescued if c is None else c for c in columns]
     return pa.RecordBatch.from_arrays(columns, schema=target)
+
+
+def _caster(f: pa.Field) -> Any:
+    return lambda arr: _cast(arr, f.type, f.name)
+
+
+def _drift(batch: pa.RecordBatch, target: pa.Schema, drift: Drift, used: dict[str, str],
+           misfits: dict[str, list[int]]) -> pa.Array | None:
+    """Note in ``drift`` the fields ``batch`` holds that ``target`` lacks and the rows with values
+    in them; the rescued-data column when ``target`` has one (records.drift)."""
+    names = batch.schema.names
+    n = batch.num_rows
+    partial = batch.column(PARTIAL) if PARTIAL in names else None
+    top = [c for c in names if c not in used and c != PARTIAL]
+    nested: dict[str, list[str]] = {}  # source field -> unknown paths under it
+    for src, name in used.items():
+        found = unknown_fields(batch.column(src).type, target.field(name).type, name, _match)
+        if found:
+            drift.note(found)
+            nested[src] = [p for p, _ in found]
+    drift.note((c, batch.column(c).type) for c in top)
+    mask = None
+    for c in top:
+        valid = batch.column(c).is_valid()
+        mask = valid if mask is None else pc.or_(mask, valid)
+    for src, paths in nested.items():
+        for path in paths:
+            valid = _path_valid(batch.column(src), path[len(used[src]):])
+            mask = valid if mask is None else pc.or_(mask, valid)
+    # (a reader's own rescued values, PARTIAL, were counted by that reader)
+    counted = int(pc.sum(mask).as_py() or 0) if mask is not None else 0
+    drift.rows += counted
+    rescuing = drift.rescued is not None and drift.rescued in target.names
+    if not rescuing:
+        return None
+    rows = set(pc.indices_nonzero(mask).to_pylist()) if counted else set()
+    for bad in misfits.values():
+        rows.update(bad)
+    if partial is not None:
+        rows.update(pc.indices_nonzero(partial.is_valid()).to_pylist())
+    if not rows:
+        return pa.nulls(n, pa.string()).cast(target.field(drift.rescued).type)
+    order = sorted(rows)
+    at = pa.array(order, pa.int64())
+    objects: list[dict[str, Any]] = [{} for _ in order]
+    position = {r: i for i, r in enumerate(order)}
+    for c in top:
+        for obj, v in zip(objects, rescue_json(batch.column(c).take(at))):
+            if v is not None:
+                obj[c] = v
+    for src, paths in nested.items():
+        values = rescue_json(batch.column(src).take(at))
+        if any("[" in p or "{" in p for p in paths):
+            for obj, v in zip(objects, values):  # under an array or a map: the whole value
+                if v is not None:
+                    obj[src] = v
+            continue
+        for path in paths:
+            steps = path.split(".")[1:]
+            for obj, v in zip(objects, values):
+                leaf = v
+                for s in steps:
+                    leaf = leaf.get(s) if isinstance(leaf, dict) else None
+                if leaf is not None:
+                    node = obj.setdefault(src, {})
+                    for s in steps[:-1]:
+                        node = node.setdefault(s, {})
+                    node[steps[-1]] = leaf
+    for src, bad in misfits.items():
+        for r, v in zip(bad, rescue_json(batch.column(src).take(pa.array(bad, pa.int64())))):
+            objects[position[r]][src] = v
+    texts: list[str | None] = [None] * n
+    for r, obj in zip(order, objects):
+        if obj:
+            texts[r] = dumps(obj)
+    if partial is not None:  # JSON object text (exact numbers): joined as text, not parsed again
+        for r, text in zip(order, partial.take(at).to_pylist()):
+            if text is not None:
+                texts[r] = text if texts[r] is None else f"{texts[r][:-1]},{text[1:]}"
+    return pa.array(texts, pa.string()).cast(target.field(drift.rescued).type)
+
+
+def _path_valid(arr: pa.Array, rest: str) -> pa.Array:
+    """Rows of ``arr`` whose value holds one at ``rest`` (``.x.y``: a field of records in records;
+    under an array or a map: a value that is not empty)."""
+    mask = arr.is_valid()
+    if rest[:1] in ("[", "{"):
+        return pc.and_(mask, pc.fill_null(pc.greater(pc.list_value_length(arr), 0), False))
+    for step in rest.split(".")[1:]:
+        if "[" in step or "{" in step:
+            name = step.split("[")[0].split("{")[0]
+            if name and pa.types.is_struct(arr.type):
+                arr = _unslice(arr).field(name)
+                mask = pc.and_(mask, arr.is_valid())
+            if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type) or pa.types.is_map(arr.type):
+                mask = pc.and_(mask, pc.fill_null(pc.greater(pc.list_value_length(arr), 0), False))
+            break
+        if not pa.types.is_struct(arr.type):
+            break
+        arr = _unslice(arr).field(step)
+        mask = pc.and_(mask, arr.is_valid())
+    return mask
 
 
 def _cast(arr: pa.Array, t: pa.DataType, name: str) -> pa.Array:

@@ -52,9 +52,11 @@ from pyspark_s2s.records.avro_read import (
 from pyspark_s2s.records.avro_read_schema import _avro_header_info, _AvroSchema
 from pyspark_s2s.records.conform import checked, conform
 from pyspark_s2s.records.csv_read import _csv
+from pyspark_s2s.records.drift import Drift, read_target
 from pyspark_s2s.records.json_read import (
     _has_temporal,
     _json_read_type,
+    inexact_unknown,
     json_needs_objects,
     json_source_schema,
 )
@@ -92,11 +94,13 @@ class RecordSetGroup:
     the group.
     """
 
-    def __init__(self, fmt: str, target: pa.Schema, settings: ReadSettings | None = None) -> None:
+    def __init__(self, fmt: str, target: pa.Schema, settings: ReadSettings | None = None,
+                 drift: Drift | None = None) -> None:
         if fmt not in GROUPED_FORMATS:
             raise ValueError(f"record format {fmt!r} is not read in groups ({', '.join(GROUPED_FORMATS)} are)")
         self.fmt = fmt
         self.target = target
+        self.drift = drift  #: fields beyond the target noted, and the rescued column filled (records.drift)
         self.settings = settings or ReadSettings()
         self._key: Any = None
         self._pieces: list[Any] = []
@@ -133,15 +137,15 @@ class RecordSetGroup:
         pieces, key, size = self._pieces, self._key, self._bytes
         self._pieces, self._key, self._bytes = [], None, 0
         if key is None or key is _ANY:  # nothing held, or only empty contents
-            return conform(self.target.empty_table(), self.target), [0] * len(pieces)
+            return conform(self.target.empty_table(), self.target, self.drift), [0] * len(pieces)
         budget = self.settings.budget(size, self.fmt)
         if self.fmt == "json":
-            batch, counts = _read_json(pieces, self.target, budget, self.settings)
+            batch, counts = _read_json(pieces, self.target, budget, self.settings, self.drift)
         elif self.fmt == "csv":
-            batch, counts = _read_csv(key, pieces, self.target, self.settings, budget)
+            batch, counts = _read_csv(key, pieces, self.target, self.settings, budget, self.drift)
         else:
             known = self._avro_codec.get(key[0]) or _avro_fast_codec(key[0])
-            batch, counts = _read_avro(key, pieces, self.target, budget, known, self.settings)
+            batch, counts = _read_avro(key, pieces, self.target, budget, known, self.settings, self.drift)
         budget.output(batch.nbytes)
         return checked(batch, self.fmt), counts
 
@@ -200,11 +204,12 @@ def _json_piece(content: bytes) -> tuple[Any, Any] | None:
 
 
 def _read_json(pieces: list[Any], target: pa.Schema, budget: limits.Budget,
-               settings: ReadSettings) -> tuple[pa.RecordBatch, list[int]]:
+               settings: ReadSettings, drift: Drift | None = None) -> tuple[pa.RecordBatch, list[int]]:
     import pyarrow.json as pjson
     final = target
+    target = read_target(target, drift)
     if json_needs_objects(target):
-        return _read_json_objects(pieces, target, budget, settings)
+        return _read_json_objects(pieces, final, budget, settings, drift)
     present = [p for p in pieces if p is not None]
     data = b"".join(b'{"records":' + body + b"}\n" for body, _ in present)
     budget.rows(_joined_json_rows(data, len(present)), row_bytes(target), "the joined JSON record sets")
@@ -217,11 +222,14 @@ def _read_json(pieces: list[Any], target: pa.Schema, budget: limits.Budget,
         try:
             table = pjson.read_json(
                 io.BytesIO(data), read_options=pjson.ReadOptions(use_threads=False, block_size=_block_size(data)),
-                parse_options=pjson.ParseOptions(explicit_schema=wrapped, unexpected_field_behavior="ignore",
+                parse_options=pjson.ParseOptions(explicit_schema=wrapped,
+                                                 unexpected_field_behavior="ignore" if drift is None else "infer",
                                                  newlines_in_values=True))
         except _ARROW_ERRORS as exc:
             error = error or exc
             continue
+        if drift is not None and inexact_unknown(pa.schema(table.schema.field(0).type.value_type), target, drift):
+            return _read_json_objects(pieces, final, budget, settings, drift)
         lists = table.column(0).combine_chunks() if table.num_rows else pa.array([], wrapped.field(0).type)
         if len(lists) != len(present) or lists.null_count:
             raise MalformedRecordSet(f"the joined JSON record sets read as {len(lists)} of {len(present)}")
@@ -240,7 +248,7 @@ def _read_json(pieces: list[Any], target: pa.Schema, budget: limits.Budget,
                 settings.budget(len(p[0]), "json").rows(count, width, "its records")
         batch = pa.RecordBatch.from_struct_array(records) if len(records) else \
             pa.RecordBatch.from_pylist([], schema=pa.schema(fields))
-        return conform(batch, final), counts
+        return conform(batch, final, drift), counts
     raise MalformedRecordSet(f"cannot read the joined JSON record sets: {error}")
 
 
@@ -256,10 +264,10 @@ def _joined_json_rows(data: bytes, n: int) -> int:
 
 
 def _read_json_objects(pieces: list[Any], target: pa.Schema, budget: limits.Budget,
-                       settings: ReadSettings) -> tuple[pa.RecordBatch, list[int]]:
+                       settings: ReadSettings, drift: Drift | None = None) -> tuple[pa.RecordBatch, list[int]]:
     """A target with a map: each FlowFile's records by the stdlib ``json``, as
     :func:`~pyspark_s2s.records.read.read_record_set` reads them, a few thousand at a time."""
-    source = json_source_schema(b"".join(p[0] for p in pieces if p is not None), target)
+    source = json_source_schema(b"".join(p[0] for p in pieces if p is not None), read_target(target, drift))
     width = row_bytes(target)
     records: list[Any] = []
     parts = []
@@ -274,10 +282,10 @@ def _read_json_objects(pieces: list[Any], target: pa.Schema, budget: limits.Budg
         if p is not None:
             settings.budget(len(p[0]), "json").rows(len(some), width, "its records")
         if len(records) >= _OBJECT_CHUNK:
-            parts.append(conform(json_objects_table(records, source), target))
+            parts.append(conform(json_objects_table(records, source, drift), target, drift))
             records = []
     if records or not parts:
-        parts.append(conform(json_objects_table(records, source), target))
+        parts.append(conform(json_objects_table(records, source, drift), target, drift))
     return (parts[0] if len(parts) == 1 else pa.concat_batches(parts)), counts
 
 
@@ -308,16 +316,16 @@ def _csv_piece(content: bytes, s: ReadSettings) -> tuple[Any, Any] | None:
 
 
 def _read_csv(header: Any, pieces: list[Any], target: pa.Schema, s: ReadSettings,
-              budget: limits.Budget) -> tuple[pa.RecordBatch, list[int]]:
+              budget: limits.Budget, drift: Drift | None = None) -> tuple[pa.RecordBatch, list[int]]:
     bodies = [p[1] for p in pieces]
     if s.header:
         bodies.insert(0, header + b"\n")
-    table = _csv(pa.py_buffer(b"".join(bodies)), target, s, budget)
+    table = _csv(pa.py_buffer(b"".join(bodies)), read_target(target, drift), s, budget, drift)
     counts = _counted(pieces, table.num_rows)
     width = row_bytes(target)
     for (count, body), n in zip(pieces, counts):
         s.budget(len(body), "csv").rows(n, width, "its records")
-    return conform(table, target), counts
+    return conform(table, target, drift), counts
 
 
 # -- Avro ------------------------------------------------------------------------------------------
@@ -336,10 +344,11 @@ def _avro_fast_codec(header: bytes) -> tuple[str, _AvroSchema] | None:
 
 
 def _read_avro(key: Any, pieces: list[Any], target: pa.Schema, budget: limits.Budget,
-               known: tuple[str, _AvroSchema] | None, settings: ReadSettings) -> tuple[pa.RecordBatch, list[int]]:
+               known: tuple[str, _AvroSchema] | None, settings: ReadSettings,
+               drift: Drift | None = None) -> tuple[pa.RecordBatch, list[int]]:
     codec = key[1]
     if not any(p[0] for p in pieces):  # headers alone (no records)
-        return conform(target.empty_table(), target), [0] * len(pieces)
+        return conform(target.empty_table(), target, drift), [0] * len(pieces)
     if known is None:
         raise MalformedRecordSet("the group's Avro header is no longer known")
     info = known[1]
@@ -375,4 +384,4 @@ def _read_avro(key: Any, pieces: list[Any], target: pa.Schema, budget: limits.Bu
     if len(read) != len(tables):
         raise MalformedRecordSet("polars does not read the joined Avro blocks")
     table = read[0] if len(read) == 1 else pa.concat_tables(read)
-    return conform(table, target), _counted(pieces, table.num_rows)
+    return conform(table, target, drift), _counted(pieces, table.num_rows)

@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from pyspark_s2s.errors import MalformedRecordSet
 from pyspark_s2s.records import limits
+from pyspark_s2s.records.drift import Drift
 from pyspark_s2s.records.json_read_objects import _json_objects
 from pyspark_s2s.records.limits import Budget, row_bytes
 from pyspark_s2s.records.read_base import (
@@ -125,7 +126,7 @@ def _field_names(schema: pa.Schema) -> Iterator[str]:
         yield from walk(f.type)
 
 
-def _json(buf: pa.Buffer, target: pa.Schema, budget: Budget) -> Iterator[pa.Table]:
+def _json(buf: pa.Buffer, target: pa.Schema, budget: Budget, drift: Drift | None = None) -> Iterator[pa.Table]:
     first = _strip_prefix(buf)
     if not first:
         return
@@ -135,27 +136,47 @@ def _json(buf: pa.Buffer, target: pa.Schema, budget: Budget) -> Iterator[pa.Tabl
             budget.rows(rows, row_bytes(target), "the JSON")
     target = json_source_schema(buf, target)
     if json_needs_objects(target):
-        yield from _json_objects(buf, target)
+        yield from _json_objects(buf, target, drift)
         return
     attempts = [False, True] if any(_has_temporal(f.type) for f in target) else [False]
     error: Exception | None = None
     for as_text in attempts:
         fields = [pa.field(f.name, _json_read_type(f.type, as_text)) for f in target]
         try:
-            table = _json_parse(buf, first, pa.schema(fields))
+            table = _json_parse(buf, first, pa.schema(fields), keep_unknown=drift is not None)
         except _ARROW_ERRORS as exc:
             error = error or exc
             continue
-        yield table
-        return
+        if drift is not None and not inexact_unknown(table.schema, target, drift):
+            yield table
+            return
+        if drift is None:
+            yield table
+            return
+        break  # keys the target lacks whose values pyarrow does not keep exactly: read as objects
     # what pyarrow refuses may still be a record set NiFi reads: a field holding numbers and
     # strings ("NaN" in a double field, epoch milliseconds and ISO text); the objects path reads it
     # with the values pyarrow gives where it reads, or fails too (then pyarrow's error is reported)
     try:
-        tables = list(_json_objects(buf, target))
+        tables = list(_json_objects(buf, target, drift))
     except MalformedRecordSet:
+        if error is None:
+            raise
         raise MalformedRecordSet(f"cannot read the JSON: {error}") from None
     yield from tables
+
+
+def inexact_unknown(schema: pa.Schema, target: pa.Schema, drift: Drift) -> bool:
+    """Whether pyarrow's reading of the keys ``target`` lacks (``schema``'s other fields, or
+    nested ones) may not keep their values as written, when ``drift`` rescues them: numbers with a
+    fraction (read as doubles) and text pyarrow took for a timestamp. Those are read as objects."""
+    if drift.rescued is None:
+        return False
+    from pyspark_s2s.records.conform import _match
+    from pyspark_s2s.records.drift import unknown_fields
+
+    found = unknown_fields(pa.struct(list(schema)), pa.struct(list(target)), "", _match)
+    return any(holds(t, lambda x: pa.types.is_floating(x) or pa.types.is_timestamp(x)) for _, t in found)
 
 
 def json_rows(content: Any, first: bytes) -> int | None:
@@ -183,8 +204,11 @@ def json_rows(content: Any, first: bytes) -> int | None:
     return len(top) // 2
 
 
-def _json_parse(buf: pa.Buffer, first: bytes, schema: pa.Schema) -> pa.Table:
+def _json_parse(buf: pa.Buffer, first: bytes, schema: pa.Schema, keep_unknown: bool = False) -> pa.Table:
+    """The records of ``buf`` read as ``schema`` by pyarrow; ``keep_unknown``: keys ``schema``
+    lacks are read too, as the types pyarrow infers (else they are ignored)."""
     import pyarrow.json as pjson
+    unexpected = "infer" if keep_unknown else "ignore"
     if first == b"[":
         # NiFi's default output: one top-level array of records. pyarrow reads line-delimited
         # objects, so the array becomes one object's field, read as a list of structs and flattened
@@ -192,7 +216,7 @@ def _json_parse(buf: pa.Buffer, first: bytes, schema: pa.Schema) -> pa.Table:
         wrapped = pa.schema([pa.field("records", pa.list_(pa.struct(list(schema))))])
         table = pjson.read_json(
             pa.BufferReader(data), read_options=pjson.ReadOptions(use_threads=False, block_size=_block_size(data)),
-            parse_options=pjson.ParseOptions(explicit_schema=wrapped, unexpected_field_behavior="ignore",
+            parse_options=pjson.ParseOptions(explicit_schema=wrapped, unexpected_field_behavior=unexpected,
                                              newlines_in_values=True))
         del data
         if table.num_rows != 1:
@@ -206,5 +230,5 @@ def _json_parse(buf: pa.Buffer, first: bytes, schema: pa.Schema) -> pa.Table:
     # JSON Lines (NiFi's one-line output), or objects separated by any whitespace (pretty-printed)
     return pjson.read_json(
         pa.BufferReader(buf), read_options=pjson.ReadOptions(use_threads=False, block_size=_block_size(buf)),
-        parse_options=pjson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore",
+        parse_options=pjson.ParseOptions(explicit_schema=schema, unexpected_field_behavior=unexpected,
                                          newlines_in_values=True))

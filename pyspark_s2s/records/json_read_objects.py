@@ -23,9 +23,10 @@ import pyarrow as pa
 
 from pyspark_s2s.errors import MalformedRecordSet
 from pyspark_s2s.records.conform import _cast
+from pyspark_s2s.records.drift import PARTIAL, Drift, infer_json_type
 from pyspark_s2s.records.read_base import _ARROW_ERRORS
 
-__all__ = ["json_objects_table", "json_record_chunks", "json_records"]
+__all__ = ["json_objects_table", "json_record_chunks", "json_records", "json_text"]
 
 
 class _Number(str):
@@ -67,9 +68,9 @@ def json_records(content: Any) -> list[dict[str, Any]]:
     return [r for chunk in json_record_chunks(content) for r in chunk]
 
 
-def _json_objects(buf: pa.Buffer, target: pa.Schema) -> Iterator[pa.Table]:
+def _json_objects(buf: pa.Buffer, target: pa.Schema, drift: Drift | None = None) -> Iterator[pa.Table]:
     for records in json_record_chunks(buf, _OBJECT_CHUNK):
-        yield json_objects_table(records, target)
+        yield json_objects_table(records, target, drift)
 
 
 def json_record_chunks(content: Any, size: int = 1 << 62) -> Iterator[list[dict[str, Any]]]:
@@ -137,20 +138,159 @@ def json_record_chunks(content: Any, size: int = 1 << 62) -> Iterator[list[dict[
         raise MalformedRecordSet(f"cannot read the JSON: {type(exc).__name__}: {exc}") from None
 
 
-def json_objects_table(records: list[dict[str, Any]], target: pa.Schema) -> pa.Table:
+def json_objects_table(records: list[dict[str, Any]], target: pa.Schema, drift: Drift | None = None) -> pa.Table:
     """``records`` (from :func:`json_records`) as a table of the types pyarrow's JSON reader would
-    give for ``target`` (conformed to it afterwards, as the pyarrow path is), maps included."""
+    give for ``target`` (conformed to it afterwards, as the pyarrow path is), maps included.
+
+    With ``drift``, the keys the records hold that ``target`` lacks (nested ones too) are noted in
+    it, and, when it rescues, they and the values that do not fit their field are kept as JSON
+    text in the column :data:`~pyspark_s2s.records.drift.PARTIAL` (which conform merges into the
+    rescued-data column), their fields null."""
     columns = []
+    rescued: list[dict[str, str]] | None = None
+    if drift is not None:
+        rescued = _unknown_keys(records, target, drift)
     try:
         for f in target:
-            columns.append(_json_array([r.get(f.name) for r in records], f.type, f.name))
+            values = [r.get(f.name) for r in records]
+            if rescued is None or drift is None or drift.rescued is None:
+                columns.append(_json_array(values, f.type, f.name))
+                continue
+            bad = _misfits(values, f.type, f.name)
+            for i in bad:
+                rescued[i][f.name] = json_text(values[i])
+                values[i] = None
+            columns.append(_json_array(values, f.type, f.name))
     except MalformedRecordSet:
         raise
     except _ARROW_ERRORS as exc:
         raise MalformedRecordSet(f"cannot read the JSON: {exc}") from None
     except ValueError as exc:  # a string pyarrow cannot encode (a lone surrogate)
         raise MalformedRecordSet(f"cannot read the JSON: {type(exc).__name__}: {exc}") from None
-    return pa.Table.from_arrays(columns, names=target.names)
+    names = list(target.names)
+    if rescued is not None and drift is not None and drift.rescued is not None and any(rescued):
+        texts = ["{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{v}" for k, v in r.items()) + "}" if r else None
+                 for r in rescued]
+        columns.append(pa.array(texts, pa.string()))
+        names.append(PARTIAL)
+    return pa.Table.from_arrays(columns, names=names)
+
+
+def _unknown_keys(records: list[dict[str, Any]], target: pa.Schema, drift: Drift) -> list[dict[str, str]] | None:
+    """Note in ``drift`` the keys of ``records`` that ``target`` lacks (nested ones by path) and
+    the records that hold a value in one; their JSON text per record when ``drift`` rescues."""
+    keep = drift.rescued is not None
+    rescued: list[dict[str, str]] | None = [{} for _ in records] if keep else None
+    struct = pa.struct(list(target))
+    found: dict[str, list[Any]] = {}
+    rows = 0
+    for i, r in enumerate(records):
+        hits = _unknown_in(r, struct, "", found)
+        if not hits:
+            continue
+        if any(v is not None for _, v in hits):
+            rows += 1
+        if rescued is not None:
+            for top, value in hits:
+                if value is not None:
+                    rescued[i][top] = json_text(value)
+    drift.note((path, infer_json_type(values, _Number)) for path, values in found.items())
+    drift.rows += rows
+    return rescued
+
+
+def _unknown_in(value: Any, t: pa.DataType, path: str, found: dict[str, list[Any]]) -> list[tuple[str, Any]]:
+    """The keys of JSON ``value`` that type ``t`` lacks, nested ones too: collected by path into
+    ``found`` (path -> values); returned as (top-level field, what to rescue of it): an unknown
+    top-level key's value, the unknown keys of a record in a record, or the whole value of a field
+    whose arrays or maps hold records with unknown keys."""
+    hits: list[tuple[str, Any]] = []
+    if isinstance(value, dict) and pa.types.is_struct(t):
+        known = {t.field(i).name: t.field(i).type for i in range(t.num_fields)}
+        for k, v in value.items():
+            where = f"{path}.{k}" if path else k
+            if k not in known:
+                found.setdefault(where, []).append(v)
+                hits.append((k, v))
+                continue
+            inner = _unknown_in(v, known[k], where, found)
+            if not inner:
+                continue
+            if not path and pa.types.is_struct(known[k]) and isinstance(v, dict):
+                hits.append((k, _only(v, known[k])))
+            else:
+                hits.append((k, v))
+    elif isinstance(value, list) and (pa.types.is_list(t) or pa.types.is_large_list(t)):
+        for v in value:
+            hits += _unknown_in(v, t.value_type, f"{path}[]", found)
+    elif isinstance(value, dict) and pa.types.is_map(t):
+        for v in value.values():
+            hits += _unknown_in(v, t.item_type, f"{path}{{}}", found)
+    return hits
+
+
+def _only(value: dict[str, Any], t: pa.DataType) -> Any:
+    """What to rescue of a record in a record: its keys ``t`` lacks, and of its records the same,
+    the whole value of a field whose arrays or maps hold records with unknown keys."""
+    out: dict[str, Any] = {}
+    known = {t.field(i).name: t.field(i).type for i in range(t.num_fields)}
+    for k, v in value.items():
+        if k not in known:
+            out[k] = v
+        elif _unknown_in(v, known[k], k, {}):
+            out[k] = _only(v, known[k]) if pa.types.is_struct(known[k]) and isinstance(v, dict) else v
+    return _Raw("{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{json_text(v)}" for k, v in out.items()) + "}")
+
+
+class _Raw(str):
+    """JSON text already made (written as it is by :func:`json_text`)."""
+
+    __slots__ = ()
+
+
+def json_text(value: Any) -> str:
+    """A JSON value (from :func:`json_records`) as JSON text: numbers with a fraction or an
+    exponent as they were written (``NaN`` and the infinities as strings), integers exact."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, _Raw):
+        return str.__str__(value)
+    if isinstance(value, _Number):
+        text = str.__str__(value)
+        return json.dumps(text) if text.lstrip("-+")[:1] in ("N", "I") else text
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ",".join(json_text(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{json_text(v)}" for k, v in value.items()) + "}"
+    return json.dumps(value)
+
+
+def _misfits(values: list[Any], t: pa.DataType, name: str) -> list[int]:
+    """The positions of ``values`` that do not read as field ``name`` of type ``t`` (halving the
+    list until the parts read or are one value)."""
+    try:
+        _conformed(values, t, name)
+        return []
+    except (MalformedRecordSet, ValueError, *_ARROW_ERRORS):
+        pass
+    if len(values) <= 1:
+        return [0] if values and values[0] is not None else []
+    half = len(values) // 2
+    return _misfits(values[:half], t, name) + [half + i for i in _misfits(values[half:], t, name)]
+
+
+def _conformed(values: list[Any], t: pa.DataType, name: str) -> None:
+    """Raise when ``values`` do not read as type ``t`` (read, then conformed as conform does)."""
+    arr = _json_array(values, t, name)
+    _cast(arr, t, name)
 
 
 def _kind(v: Any) -> str:

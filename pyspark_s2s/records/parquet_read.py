@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from pyspark_s2s.errors import MalformedRecordSet
 from pyspark_s2s.records import limits
 from pyspark_s2s.records.conform import _match
+from pyspark_s2s.records.drift import Drift
 from pyspark_s2s.records.limits import Budget, row_bytes
 from pyspark_s2s.records.read_base import _ARROW_ERRORS
 
@@ -46,12 +47,15 @@ def _parquet_file(buf: pa.Buffer, **options: Any) -> Any:
                           thrift_container_size_limit=_PARQUET_FOOTER_ENTRIES, **options)
 
 
-def _parquet(buf: pa.Buffer, target: pa.Schema, batch_rows: int, budget: Budget) -> Iterator[pa.RecordBatch]:
+def _parquet(buf: pa.Buffer, target: pa.Schema, batch_rows: int, budget: Budget,
+             drift: Drift | None = None) -> Iterator[pa.RecordBatch]:
     try:
         pf = _parquet_file(buf)
         names = set(pf.schema_arrow.names)
         columns = [_match(f.name, names) for f in target]
         wanted = sorted({c for c in columns if c is not None})
+        if drift is not None:  # the columns the target lacks are read too (conform notes them)
+            wanted += [n for n in pf.schema_arrow.names if n not in wanted]
         if pf.metadata.num_rows == 0:
             return
         dictionaries = _check_parquet(pf, buf, wanted, target, budget)

@@ -53,6 +53,7 @@ from pyspark_s2s.records.avro_read_schema import (
 )
 from pyspark_s2s.records.conform import checked, conform
 from pyspark_s2s.records.csv_read import _csv
+from pyspark_s2s.records.drift import Drift, read_target
 from pyspark_s2s.records.json_read import _json, json_source_schema
 from pyspark_s2s.records.limits import row_bytes
 from pyspark_s2s.records.parquet_read import _parquet, _parquet_schema
@@ -76,24 +77,28 @@ _DEFAULT_SETTINGS = ReadSettings()
 
 def read_record_set(content: Any, fmt: str, target: pa.Schema, settings: ReadSettings = _DEFAULT_SETTINGS, *,
                     attributes: Mapping[str, str] | None = None,
-                    batch_rows: int = 65536) -> Iterator[pa.RecordBatch]:
+                    batch_rows: int = 65536, drift: Drift | None = None) -> Iterator[pa.RecordBatch]:
     """The records of one FlowFile's ``content`` (bytes or a pyarrow Buffer) as record batches
     of exactly ``target`` (at most ``batch_rows`` rows each), whose arrays validate.
 
     ``attributes`` are the FlowFile's attributes: an Avro content without a container header
     (NiFi's writers with a schema write strategy other than the embedded one) is read with the
     schema in its ``avro.schema`` attribute. Raises :class:`MalformedRecordSet`, also for a
-    record set that would take more than ``settings.budget`` allows once read."""
+    record set that would take more than ``settings.budget`` allows once read.
+
+    With ``drift`` (:class:`~pyspark_s2s.records.drift.Drift`), the fields the record set holds
+    that ``target`` lacks are read too and noted there, and its rescued-data column is filled."""
     buf = content if isinstance(content, pa.Buffer) else pa.py_buffer(content)
     budget = settings.budget(buf.size, fmt)
+    reading = read_target(target, drift)
     if fmt == "parquet":
-        parts: Iterator[Any] = _parquet(buf, target, batch_rows, budget)
+        parts: Iterator[Any] = _parquet(buf, reading, batch_rows, budget, drift)
     elif fmt == "csv":
-        parts = iter([_csv(buf, target, settings, budget)])
+        parts = iter([_csv(buf, reading, settings, budget, drift)])
     elif fmt == "json":
-        parts = _json(buf, target, budget)
+        parts = _json(buf, reading, budget, drift)
     elif fmt == "avro":
-        parts = _avro(buf, target, attributes or {}, budget)
+        parts = _avro(buf, reading, attributes or {}, budget)
     else:
         raise MalformedRecordSet(f"unknown record format {fmt!r}; expected one of {', '.join(READ_FORMATS)}")
     width = row_bytes(target)
@@ -104,7 +109,7 @@ def read_record_set(content: Any, fmt: str, target: pa.Schema, settings: ReadSet
                 continue
             rows += batch.num_rows
             budget.rows(rows, width, "its rows")
-            out = conform(batch, target)
+            out = conform(batch, target, drift)
             budget.output(out.nbytes)
             checked(out, fmt)
             yield out

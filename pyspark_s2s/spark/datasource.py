@@ -44,10 +44,16 @@ class DefaultSource(DataSource):
         if opts.record_format and opts.record_delivery == "files":
             return FILES_SCHEMA
         if opts.record_format:
-            # record mode without .schema(...): Avro's or Parquet's own schema, read from the port's
+            # record mode without .schema(...): the schema a query evolved to, kept beside its staging
+            # location (spark.evolution), else Avro's or Parquet's own schema, read from the port's
             # first FlowFile, which stays in NiFi (spark.source.infer_record_schema)
+            from pyspark_s2s.spark.evolution import load_evolved
+            from pyspark_s2s.spark.schema import inferred_schema
             from pyspark_s2s.spark.source import infer_record_schema
 
+            evolved = load_evolved(opts.staging_location) if opts.staging_location else None
+            if evolved is not None:
+                return inferred_schema(evolved, opts)
             return infer_record_schema(opts)
         return SOURCE_SCHEMA
 

@@ -44,6 +44,7 @@ __all__ = [
     "RECORD_DELIVERIES",
     "RECORD_FORMATS",
     "ROUTINGS",
+    "SCHEMA_EVOLUTION_MODES",
     "SPARK_ONLY_OPTIONS",
     "SPARK_OPTIONS",
     "SparkOptions",
@@ -59,6 +60,10 @@ COMMIT_MODES = ("task", "batch")
 READ_MODES = ("FAILFAST", "PERMISSIVE", "DROPMALFORMED")
 #: what a record-mode read yields: the records as rows, or each FlowFile as a file for Spark's readers
 RECORD_DELIVERIES = ("rows", "files")
+#: what a record field the query's schema lacks does (Auto Loader's ``cloudFiles.schemaEvolutionMode``)
+SCHEMA_EVOLUTION_MODES = ("addNewColumns", "rescue", "failOnNewColumns", "none")
+#: the rescued-data column of ``schemaEvolutionMode=rescue`` when ``rescuedDataColumn`` is not set
+DEFAULT_RESCUED_COLUMN = "_rescued_data"
 ROUTINGS = ("weighted", "roundRobin", "attribute", "singleNode")
 
 
@@ -232,6 +237,27 @@ SPARK_ONLY_OPTIONS: tuple[Option, ...] = (
          "Source, record mode. Add the FlowFile's attributes as column `_attributes` "
          "(map<string,string>) and its uuid as `_uuid` (string) to every row it yields. With "
          "`.schema(...)`, declare the ones you want; an inferred schema gets both."),
+    _row("schemaEvolutionMode", "schema_evolution_mode", _choice(SCHEMA_EVOLUTION_MODES), None,
+         "addNewColumns, rescue, failOnNewColumns or none",
+         "Source, record mode (`recordDelivery=rows`). What a record field the query's schema lacks does (Auto "
+         "Loader's names). `addNewColumns`: the micro-batch that meets one fails after its FlowFiles are "
+         "staged, naming each new field with its type, the FlowFile, port and peer; the schema with the new "
+         "fields is kept under `stagingLocation` (`_schema/`), and the query restarted from its checkpoint reads "
+         "the staged batch again with it (earlier rows are null in the new columns). `rescue`: the schema never "
+         "changes; new fields go to the rescued-data column (`rescuedDataColumn`, `_rescued_data` unless set). "
+         "`failOnNewColumns`: fails as `addNewColumns` does and keeps no schema: change `.schema(...)` and "
+         "restart. `none`: new fields are not read, but never silently: a WARN line per new set of field names "
+         "(with a FlowFile's uuid), and the rows that had values in them are counted in the query's progress "
+         "(`docs/spark.md`, \"Schema drift\"). A value whose type changed is no new field: it is rescued when "
+         "there is a rescued-data column, else malformed under `mode`.",
+         default_doc="`addNewColumns` when the schema is inferred, `none` when `.schema(...)` gives it"),
+    _row("rescuedDataColumn", "rescued_data_column", _column_name, None, "string",
+         "Source, record mode (`recordDelivery=rows`). A string column that holds, per row, a JSON object of "
+         "what the schema could not hold: the record's fields the schema lacks (nested ones inside their "
+         "records), the values that do not fit their column's type (that column is then null), and the "
+         "FlowFile's uuid under `_flowfile_uuid`; null when nothing was rescued. Declare it in `.schema(...)` "
+         "as a string column; an inferred schema gets it. Values keep their exact form (`docs/spark.md`, "
+         "\"Schema drift\").", default_doc="unset (`_rescued_data` with `schemaEvolutionMode=rescue`)"),
     _row("header", "header", _bool, True, "boolean",
          "Source and sink, `recordFormat=csv`. Whether the first line of a record set names the fields "
          "(Spark's CSV option; default `true` here, as NiFi's CSV writer writes one and its reader's "
@@ -314,7 +340,8 @@ _CLIENT_ATTRS = frozenset(o.attr for o in CLIENT_OPTIONS)
 _RECORD_ONLY = frozenset(("header", "records_per_flow_file", "bytes_per_flow_file", "partition_columns",
                           "output_grouping", "json_decimals", "flow_file_attributes", "write_schema_attribute", "mode",
                           "column_name_of_corrupt_record", "include_attributes", "sep", "quote", "escape",
-                          "max_inflate_ratio", "record_delivery"))
+                          "max_inflate_ratio", "record_delivery", "schema_evolution_mode",
+                          "rescued_data_column"))
 _SPARK_BY_ATTR = {o.attr: o for o in SPARK_ONLY_OPTIONS}
 
 
@@ -335,6 +362,9 @@ class SparkOptions:
     max_inflate_ratio: float = 100.0
     column_name_of_corrupt_record: str = "_corrupt_record"
     include_attributes: bool = False
+    #: None: decided by where the schema came from (:meth:`evolution_mode`)
+    schema_evolution_mode: str | None = None
+    rescued_data_column: str | None = None
     header: bool = True
     sep: str = ","
     quote: str = '"'
@@ -390,11 +420,25 @@ class SparkOptions:
             if given:
                 raise ConfigError(f"{', '.join(sorted(given))} applies only in record mode: set recordFormat "
                                   f"({', '.join(RECORD_FORMATS)})", option=min(given))
+        if parsed.record_delivery == "files" and (parsed.schema_evolution_mode or parsed.rescued_data_column):
+            name = "schemaEvolutionMode" if parsed.schema_evolution_mode else "rescuedDataColumn"
+            raise ConfigError(f"{name} applies to recordDelivery=rows: with recordDelivery=files Spark's own "
+                              "readers read the files, with their own schema options (e.g. mergeSchema)", option=name)
         if parsed.record_delivery == "files" and parsed.staging_location is None:
             raise ConfigError("recordDelivery=files needs stagingLocation: each FlowFile's content is written "
                               "there as a file for Spark's own readers, e.g. .option('stagingLocation', "
                               "'/data/q1-staging')", option="stagingLocation")
         return parsed
+
+    def evolution_mode(self, inferred: bool) -> str:
+        """``schemaEvolutionMode``, or its default: ``addNewColumns`` for an inferred schema, else ``none``."""
+        return self.schema_evolution_mode or ("addNewColumns" if inferred else "none")
+
+    def rescued_column(self, inferred: bool) -> str | None:
+        """The rescued-data column of a read: ``rescuedDataColumn``, or ``_rescued_data`` with ``rescue``."""
+        if self.rescued_data_column:
+            return self.rescued_data_column
+        return DEFAULT_RESCUED_COLUMN if self.evolution_mode(inferred) == "rescue" else None
 
     def require_staging(self) -> str:
         """The staging location, or a ConfigError saying why a streaming read needs one."""

@@ -61,6 +61,7 @@ through :class:`~pyspark_s2s.client.SiteToSiteClient`.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Iterator, Mapping
@@ -80,6 +81,7 @@ from pyspark_s2s.protocol.codes import Direction
 from pyspark_s2s.protocol.transaction import to_mermaid
 from pyspark_s2s.spark.ahead import Ahead
 from pyspark_s2s.spark.crashguard import ParseGuard
+from pyspark_s2s.spark.drift import drift_note_name
 from pyspark_s2s.spark.indoubt import (
     InDoubtFilter,
     drop_uuids,
@@ -568,8 +570,10 @@ def replay(staging: StagingArea, m: RoundManifest, rows: Rows) -> Iterator[Any]:
     finally:
         if guard is not None:
             guard.finish()
-    rows.end_round(f"nifi-s2s partition {m.partition} of {m.scope} round {m.round} "
-                   f"(peer {m.peer}, transaction {m.transaction_id})")
+    drift = rows.end_round(f"nifi-s2s partition {m.partition} of {m.scope} round {m.round} "
+                           f"(peer {m.peer}, transaction {m.transaction_id})")
+    if drift is not None:  # record fields the schema lacks: for the driver's progress report
+        staging.write_file(m.scope, drift_note_name(m.partition, m.round), json.dumps(drift, sort_keys=True))
 
 
 def regrouped(batches: Iterator[Any]) -> Iterator[list[Any]]:

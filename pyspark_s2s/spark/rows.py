@@ -19,6 +19,7 @@ from pyspark.sql.types import StructType
 
 from pyspark_s2s.errors import ConfigError, MalformedRecordSet
 from pyspark_s2s.records import sandbox
+from pyspark_s2s.spark.drift import DriftWatch
 from pyspark_s2s.spark.options import SparkOptions
 from pyspark_s2s.spark.schema import (
     ATTRIBUTES_COLUMN,
@@ -45,7 +46,7 @@ class FlowFileRows:
         yield to_output_batch(batch, self.arrow, peer=peer, transaction_id=transaction_id,
                               received_at_us=received_at_us)
 
-    def end_round(self, where: str) -> None:
+    def end_round(self, where: str) -> dict[str, Any] | None:
         return None
 
 
@@ -109,7 +110,7 @@ class FileRows:
             paths.append(staging.uri(m.scope, name))
         return pa.array(paths, pa.string())
 
-    def end_round(self, where: str) -> None:
+    def end_round(self, where: str) -> dict[str, Any] | None:
         return None
 
 
@@ -149,7 +150,8 @@ class RecordRows:
         if opts.include_attributes:
             meta |= {UUID_COLUMN, ATTRIBUTES_COLUMN}
         self.data_fields = [f for f in self.arrow if f.name not in meta]
-        self.target = pa.schema(self.data_fields)
+        self.target = pa.schema(self.data_fields)  # the rescued-data column among them (conform fills it)
+        self.watch = DriftWatch(schema, opts, self.target)
         self.corrupt = opts.column_name_of_corrupt_record if opts.column_name_of_corrupt_record in self.arrow.names \
             else None
         self.uuid_col = UUID_COLUMN if opts.include_attributes and UUID_COLUMN in self.arrow.names else None
@@ -214,13 +216,15 @@ class RecordRows:
         values = bufs[2] or pa.py_buffer(b"")
         view = memoryview(values)
         nulls = content.is_null().to_pylist()
-        group = RecordSetGroup(self.fmt, self.target, self.settings) if self.fmt in GROUPED_FORMATS else None
+        group = RecordSetGroup(self.fmt, self.target, self.settings, self.watch.drift) \
+            if self.fmt in GROUPED_FORMATS else None
         members: list[tuple[int, bytes]] = []  # (batch row, content) of the FlowFiles the group holds
 
         def content_of(i: int) -> Any:
             return pa.py_buffer(b"") if nulls[i] else values.slice(offsets[i], offsets[i + 1] - offsets[i])
 
         where = (attributes, peer, transaction_id, content_of)
+        self.watch.schema_attribute(attributes, where)
         for i in range(batch.num_rows):
             self.flow_files += 1
             start, length = offsets[i], offsets[i + 1] - offsets[i]
@@ -263,6 +267,7 @@ class RecordRows:
             return value.as_buffer() if value.is_valid else pa.py_buffer(b"")
 
         where = (attributes, peer, transaction_id, content_of)
+        self.watch.schema_attribute(attributes, where)
         for i, key in enumerate(keys):
             self.flow_files += 1
             reason = guard.poison.get(key)
@@ -325,10 +330,13 @@ class RecordRows:
         if top:
             self._group_limit = min(_GROUP_LIMIT, self._group_limit * 2)
             self._small_fails = 0
+        self.watch.check([i for i, _ in members], where, self._probe(where))
         if not part.num_rows:
             return
         taken: Any = None  # the attributes of each row's FlowFile
-        if self.uuid_col or self.attrs_col:
+        rescued = part.column(self.watch.rescued) if self.watch.rescued is not None else None
+        stamp = rescued is not None and rescued.null_count < len(rescued)
+        if self.uuid_col or self.attrs_col or stamp:
             bounds = [0]
             for c in counts:
                 bounds.append(bounds[-1] + c)
@@ -337,7 +345,9 @@ class RecordRows:
             taken = where[0].take(pa.array([i for i, _ in members], pa.int64()).take(local))
         columns = []
         for f in self.arrow:
-            if f.name == self.corrupt:
+            if f.name == self.watch.rescued and stamp:
+                columns.append(self.watch.stamp(part.column(f.name), pc.map_lookup(taken, pa.scalar("uuid"), "last")))
+            elif f.name == self.corrupt:
                 columns.append(pa.nulls(part.num_rows, f.type))
             elif f.name == self.uuid_col:
                 columns.append(pc.map_lookup(taken, pa.scalar("uuid"), "last").cast(f.type))
@@ -357,14 +367,16 @@ class RecordRows:
         sandbox.crash_hook(data)
         attrs = dict(attributes[i].as_py())
         ff_uuid = attrs.get("uuid")
-        parsed = read_record_set(data, self.fmt, self.target, self.settings, attributes=attrs)
+        parsed = read_record_set(data, self.fmt, self.target, self.settings, attributes=attrs, drift=self.watch.drift)
         try:
             if whole or self.mode != "FAILFAST":
                 # all or nothing: the whole FlowFile is parsed before any of its rows is kept
                 parsed = iter(list(parsed))
             for part in parsed:
+                self.watch.check([i], where, self._probe(where))
                 if part.num_rows:
                     yield self._with_meta(part, attributes, i, ff_uuid)
+            self.watch.check([i], where, self._probe(where))
         except MalformedRecordSet as exc:
             if self.mode == "FAILFAST":
                 raise MalformedRecordSet(
@@ -400,6 +412,8 @@ class RecordRows:
                     columns.append(pa.array([raw.to_pybytes()], f.type))
                 else:
                     columns.append(pa.array([raw.to_pybytes().decode("utf-8", "replace")], f.type))
+            elif f.name == self.watch.rescued and raw is None:
+                columns.append(self.watch.stamp(part.column(f.name), ff_uuid))
             elif f.name == self.uuid_col:
                 columns.append(pa.repeat(pa.scalar(ff_uuid, pa.string()), n).cast(f.type))
             elif f.name == self.attrs_col:
@@ -408,8 +422,29 @@ class RecordRows:
                 columns.append(part.column(f.name))
         return pa.RecordBatch.from_arrays(columns, schema=self.arrow)
 
-    def end_round(self, where: str) -> None:
-        """Log (WARN) the malformed FlowFiles of the round just yielded, then start counting anew."""
+    def _probe(self, where: tuple[Any, str, str, Any]) -> Any:
+        """What names the FlowFile of a group that brought new fields: FlowFile ``i`` read alone
+        (to the end, its rows dropped), the fields it holds that the schema lacks."""
+        from pyspark_s2s.records.drift import Drift
+        from pyspark_s2s.records.read import read_record_set
+
+        attributes, _, _, content_of = where
+
+        def probe(i: int) -> set[str]:
+            drift = Drift()
+            try:
+                for _ in read_record_set(content_of(i), self.fmt, self.watch.reading, self.settings,
+                                         attributes=dict(attributes[i].as_py()), drift=drift):
+                    pass
+            except MalformedRecordSet:
+                return set()
+            return set(drift.new)
+
+        return probe
+
+    def end_round(self, where: str) -> dict[str, Any] | None:
+        """Log (WARN) the malformed FlowFiles of the round just yielded, then start counting anew;
+        the round's drift (spark.drift), or None."""
         if self.malformed:
             shown = "; ".join(f"{u}: {m}" for u, m in self.malformed[:5])
             more = f" (and {len(self.malformed) - 5} more)" if len(self.malformed) > 5 else ""
@@ -418,6 +453,7 @@ class RecordRows:
                            "one row of nulls each" if self.mode == "PERMISSIVE" else "dropped", shown, more)
         self.malformed = []
         self.flow_files = 0
+        return self.watch.end_round()
 
 
 def joined(batches: list[Any]) -> Any:

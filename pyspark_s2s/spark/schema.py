@@ -50,6 +50,8 @@ __all__ = [
     "UUID_COLUMN",
     "arrow_source_schema",
     "check_record_schema",
+    "inferred_schema",
+    "spark_data_schema",
     "spark_schema_from_arrow",
     "to_output_batch",
     "uuid_column",
@@ -177,11 +179,31 @@ def _unsupported(dt: DataType, fmt: str, where: str) -> str | None:
 
 def check_record_schema(schema: StructType, opts: SparkOptions) -> None:
     """Refuse, on the driver, a schema record mode cannot fill (the column named)."""
+    from pyspark_s2s.spark.evolution import is_inferred
+
     fmt = opts.record_format
     assert fmt is not None
     corrupt = opts.column_name_of_corrupt_record
+    inferred = is_inferred(schema)
+    rescued = opts.rescued_column(inferred)
+    if opts.schema_evolution_mode == "addNewColumns" and not inferred:
+        raise ConfigError("schemaEvolutionMode=addNewColumns evolves a schema the source inferred; with "
+                          ".schema(...) Spark reads with yours: use failOnNewColumns (the query stops at a new field, "
+                          "you add it and restart), rescue or none", option="schemaEvolutionMode")
+    if rescued is not None and rescued not in schema.fieldNames():
+        option = "rescuedDataColumn" if opts.rescued_data_column else "schemaEvolutionMode"
+        raise ConfigError(f"the schema has no column {rescued} for the rescued data ({option}): declare it as a "
+                          f"string column in .schema(...), e.g. '..., {rescued} STRING'", option=option)
     for f in schema.fields:
         where = f"column {f.name}"
+        if f.name == rescued:
+            if not isinstance(f.dataType, StringType):
+                raise ConfigError(f"{where} (rescuedDataColumn) must be string; got {f.dataType.simpleString()}",
+                                  option="rescuedDataColumn")
+            if rescued == corrupt:
+                raise ConfigError(f"{where} is named by both rescuedDataColumn and columnNameOfCorruptRecord; "
+                                  "give them different names", option="rescuedDataColumn")
+            continue
         if f.name == corrupt:
             if not isinstance(f.dataType, (StringType, BinaryType)):
                 raise ConfigError(f"{where} (columnNameOfCorruptRecord) must be string or binary; got "
@@ -251,15 +273,33 @@ def _spark_type(t: Any) -> DataType:
     raise ConfigError(f"the inferred type {t} has no Spark type; pass .schema(...)", option="schema")
 
 
-def spark_schema_from_arrow(schema: Any, opts: SparkOptions) -> StructType:
-    """An inferred record schema as Spark types (every field nullable), plus the metadata columns
-    when ``includeAttributes`` is set."""
+def spark_data_schema(schema: Any) -> StructType:
+    """A record schema's Arrow fields as Spark types (every field nullable)."""
     fields = []
     for f in schema:
         try:
             fields.append(StructField(f.name, _spark_type(f.type), True))
         except ConfigError as exc:
             raise ConfigError(f"column {f.name}: {exc.message}", option="schema") from None
+    return StructType(fields)
+
+
+def spark_schema_from_arrow(schema: Any, opts: SparkOptions) -> StructType:
+    """An inferred record schema as Spark types (every field nullable): :func:`inferred_schema`."""
+    return inferred_schema(spark_data_schema(schema), opts)
+
+
+def inferred_schema(data: StructType, opts: SparkOptions) -> StructType:
+    """The schema of a read whose data fields (``data``) the source inferred: those fields marked
+    inferred (spark.evolution), then the rescued-data column when the read has one, and the
+    metadata columns when ``includeAttributes`` is set."""
+    from pyspark_s2s.spark.evolution import mark_inferred
+
+    meta = {UUID_COLUMN, ATTRIBUTES_COLUMN, opts.column_name_of_corrupt_record}
+    rescued = opts.rescued_column(True)
+    fields = mark_inferred([f for f in data.fields if f.name not in meta and f.name != rescued])
+    if rescued is not None:
+        fields.append(StructField(rescued, StringType(), True))
     if opts.include_attributes:
         fields += [StructField(UUID_COLUMN, StringType(), True), StructField(ATTRIBUTES_COLUMN, _ATTRIBUTES_TYPE, True)]
     return StructType(fields)

@@ -212,6 +212,28 @@ class _BatchSummary:
     fallbacks: list[tuple[str, str]]  #: (planned peer, peer used instead)
 
 
+def _drift_notes(staging: StagingArea, scope: str) -> tuple[int, dict[str, str]]:
+    """The rows with values in record fields the query lacks, and those fields, that the rounds of
+    ``scope`` noted (spark.drift)."""
+    import json
+
+    import pyarrow.fs as pafs
+
+    rows = 0
+    fields: dict[str, str] = {}
+    selector = pafs.FileSelector(staging.path(scope), allow_not_found=True)
+    for info in staging.fs.get_file_info(selector):
+        if info.base_name.startswith("drift-") and info.base_name.endswith(".json"):
+            text = staging.read_file(scope, info.base_name)
+            if text is None:
+                continue
+            note = json.loads(text)
+            rows += int(note.get("rows", 0))
+            for path, kind in dict(note.get("fields", {})).items():
+                fields.setdefault(str(path), str(kind))
+    return rows, fields
+
+
 def _summarize(manifests: list[RoundManifest]) -> _BatchSummary:
     rows = sum(m.flow_files for m in manifests)
     last: dict[int, RoundManifest] = {}
@@ -246,6 +268,9 @@ class _Driver:
         self.backlog_report: dict[str, Any] | None = None
         self.backlog_at = float("-inf")
         self.backlog_stale = True  #: a micro-batch was planned since the peers were last asked
+        #: record mode: rows with values in fields the query lacks, and those fields, since the start
+        self.unknown_rows = 0
+        self.unknown_fields: dict[str, str] = {}
 
 
 class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -297,6 +322,11 @@ class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             manifests = self._staging.manifests(batch_scope(batch))
             st.summaries[batch] = _summarize(manifests) if manifests is not None else None
             summary = st.summaries[batch]
+            if summary is not None and self._opts.record_format and self._opts.record_delivery == "rows":
+                rows, fields = _drift_notes(self._staging, batch_scope(batch))
+                st.unknown_rows += rows
+                for path, kind in fields.items():
+                    st.unknown_fields.setdefault(path, kind)
             if summary is not None:
                 for planned, used in summary.fallbacks:
                     logger.info("batch %d: planned peer %s was replaced by %s; penalizing it", batch, planned, used)
@@ -373,6 +403,11 @@ class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             else:
                 peers = {f"{p.hostname}:{p.port}": p.flow_file_count for p, _ in statuses}
                 st.backlog_report = {"queuedFlowFiles": sum(peers.values()), "peers": peers}
+        if st.unknown_rows or st.unknown_fields:  # record fields the query lacks (spark.drift)
+            report = dict(st.backlog_report or {})
+            report["rowsWithUnknownFields"] = st.unknown_rows
+            report["unknownFields"] = dict(st.unknown_fields)
+            return report
         return st.backlog_report
 
     def _latest(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
