@@ -179,24 +179,28 @@ def _drift(batch: pa.RecordBatch, target: pa.Schema, drift: Drift, used: dict[st
 
 
 def _path_valid(arr: pa.Array, rest: str) -> pa.Array:
-    """Rows of ``arr`` whose value holds one at ``rest`` (``.x.y``: a field of records in records;
-    under an array or a map: a value that is not empty)."""
+    """Rows of ``arr`` whose value holds a value (not null) at path ``rest`` (``.x``: field ``x``
+    of a record; ``[]``: any item of an array; ``{}``: any value of a map; as records.drift names
+    paths)."""
     mask = arr.is_valid()
-    if rest[:1] in ("[", "{"):
-        return pc.and_(mask, pc.fill_null(pc.greater(pc.list_value_length(arr), 0), False))
-    for step in rest.split(".")[1:]:
-        if "[" in step or "{" in step:
-            name = step.split("[")[0].split("{")[0]
-            if name and pa.types.is_struct(arr.type):
-                arr = _unslice(arr).field(name)
-                mask = pc.and_(mask, arr.is_valid())
-            if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type) or pa.types.is_map(arr.type):
-                mask = pc.and_(mask, pc.fill_null(pc.greater(pc.list_value_length(arr), 0), False))
-            break
-        if not pa.types.is_struct(arr.type):
-            break
-        arr = _unslice(arr).field(step)
-        mask = pc.and_(mask, arr.is_valid())
+    if not rest:
+        return mask
+    if rest[:2] in ("[]", "{}") and (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)
+                                    or pa.types.is_map(arr.type)):
+        items = pc.list_flatten(arr)
+        if pa.types.is_map(arr.type):
+            items = items.field(1)
+        hit = pc.filter(pc.list_parent_indices(arr), _path_valid(items, rest[2:]))
+        return pc.is_in(pa.array(range(len(arr)), pa.int64()), value_set=pc.cast(hit, pa.int64()))
+    if rest[:1] == "." and pa.types.is_struct(arr.type):
+        name = rest[1:]
+        for i, ch in enumerate(name):
+            if ch in ".[{":
+                name, tail = name[:i], name[i:]
+                break
+        else:
+            tail = ""
+        return pc.and_(mask, _path_valid(_unslice(arr).field(name), tail))
     return mask
 
 
