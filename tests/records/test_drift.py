@@ -63,7 +63,7 @@ def test_new_avro_fields_keep_their_exact_form_and_misfits_are_rescued() -> None
         {"name": "tags", "type": ["null", {"type": "array", "items": "string"}]},
         {"name": "m", "type": ["null", {"type": "map", "values": "long"}]},
     ]}
-    records = [
+    records: list[dict[str, Any]] = [
         {"id": "7", "name": "a", "amount": Decimal("-12345678901234567.890"),
          "when": dt.datetime(1969, 7, 20, 20, 17, 40, 1000, tzinfo=dt.UTC), "day": dt.date(1, 1, 1),
          "raw": bytes(range(256)), "f": 0.1, "tags": ["x", ""], "m": {"k": -1}},
