@@ -612,9 +612,24 @@ def path_main(args: argparse.Namespace) -> int:
     schema = StructType([StructField("id", LongType()), StructField("name", StringType()),
                          StructField("score", DoubleType()), StructField("ok", BooleanType()),
                          StructField("ts", TimestampType())])
+    rescued = StructField("_rescued_data", StringType())
+    narrow = StructType([f for f in schema.fields if f.name not in ("score", "ok")])
+    # --drift: the same content read with the rescued-data column (nothing to rescue), and with a
+    # schema that lacks two of its fields (every row counted; rescued)
+    variants: dict[str, tuple[Any, dict[str, str]]] = {"": (schema, {})}
+    if args.drift:
+        variants.update({
+            "+rescued column": (StructType([*schema.fields, rescued]), {"rescuedDataColumn": "_rescued_data"}),
+            "2 fields unknown": (narrow, {}),
+            "2 unknown, rescued": (StructType([*narrow.fields, rescued]), {"rescuedDataColumn": "_rescued_data"}),
+        })
+        if args.drift == "before":  # what a version without the drift options reads (before/after runs)
+            variants = {k: v for k, v in variants.items() if not v[1]}
+    cases = [(fmt, v) for fmt in args.formats for v in variants]
     per_ff = args.records_per_flowfile
     count = max(1, args.rows // per_ff)
-    results: dict[str, list[float]] = {k: [] for k in ("per-row", *args.formats)}
+    results: dict[str, list[float]] = {k: [] for k in ("per-row", *(f"{f} {v}".strip() for f, v in cases))}
+    cpu: dict[str, list[float]] = {k: [] for k in results}  # this process's CPU seconds per million rows
     work = Path(tempfile.mkdtemp(prefix="bench-spark-read-path-"))
     try:
         with ServerSubprocess(["--ttl", "120", "--input-port", IN_PORT, "--output-port", OUT_PORT,
@@ -622,34 +637,38 @@ def path_main(args: argparse.Namespace) -> int:
             peer = server.url.split("//")[1].split("/")[0]
             contents = {fmt: record_content(fmt, per_ff) for fmt in args.formats}
             for r in range(args.rounds + 1):  # the first round warms up
-                for which in ("per-row", *args.formats):
+                for n, (fmt, variant) in enumerate([("per-row", ""), *cases]):
+                    which = f"{fmt} {variant}".strip()
                     options = {"url": server.url, "portName": OUT_PORT, "timeout": "120 sec"}
-                    if which == "per-row":
+                    if fmt == "per-row":
                         fill(server.url, args.per_row_flowfiles)
                         expect = args.per_row_flowfiles
                         opts = SparkOptions.parse(options)
                         rows_maker = make_rows(SOURCE_SCHEMA, opts)
                     else:
-                        fill_content(server.url, contents[which], count, {})
+                        fill_content(server.url, contents[fmt], count, {})
                         expect = count * per_ff
-                        opts = SparkOptions.parse({**options, "recordFormat": which})
-                        rows_maker = make_rows(schema, opts)
-                    staging = StagingArea(str(work / f"{which}-{r}"))
-                    t0 = time.perf_counter()
+                        read_schema, extra = variants[variant]
+                        opts = SparkOptions.parse({**options, "recordFormat": fmt, **extra})
+                        rows_maker = make_rows(read_schema, opts)
+                    staging = StagingArea(str(work / f"{n}-{r}"))
+                    t0, c0 = time.perf_counter(), time.process_time()
                     got = 0
                     part = NiFiPartition(batch_scope(0), 0, peer)
                     for b in read_partition(opts, rows_maker, part, staging):
                         got += b.num_rows
-                    secs = time.perf_counter() - t0
+                    secs, cpu_secs = time.perf_counter() - t0, time.process_time() - c0
                     if got != expect:
                         raise RuntimeError(f"{which}: read {got} of {expect}")
                     if r:
                         results[which].append(got / secs)
+                        cpu[which].append(cpu_secs / got * 1e6)
             print(f"read path without Spark (read_partition: receive, stage, confirm, replay, parse), "
                   f"{count * per_ff:,} rows per format, per-row {args.per_row_flowfiles:,} FlowFiles, medians of "
                   f"{args.rounds} (load average {load_average()}):")
             for k, v in results.items():
-                print(f"  {k:10} {statistics.median(v):>12,.0f} rows/s")
+                print(f"  {k:28} {statistics.median(v):>12,.0f} rows/s   {statistics.median(cpu[k]):6.3f} CPU-s "
+                      "per M rows (this process: receive, stage, parse)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
@@ -678,6 +697,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memory-rows", type=int, default=5_000_000)
     ap.add_argument("--libraries", action="store_true", help="Avro/JSON/CSV/Parquet -> Arrow per library, one thread")
     ap.add_argument("--path", action="store_true", help="the source's read path without Spark, per format")
+    ap.add_argument("--drift", nargs="?", const="all", choices=("all", "before"),
+                    help="with --path: also each format read with the rescued-data column, and with a schema that "
+                         "lacks two of the content's fields (counted; rescued); 'before': only what a version "
+                         "without the drift options reads, for a before/after run")
     args = ap.parse_args(argv)
     if args.path:
         return path_main(args)

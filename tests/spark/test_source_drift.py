@@ -312,3 +312,27 @@ def test_none_warns_once_and_counts_the_rows_in_the_progress(spark: Any, srv: Se
         q.stop()
     assert report["rowsWithUnknownFields"] == 4
     assert report["unknownFields"] == {"inner.z": "string", "extra": "double"}
+
+
+@pytest.mark.timeout(300)  # two driver processes, each a SparkSession of its own
+def test_a_driver_killed_in_the_evolving_micro_batch_restarts_and_reads_every_id_once(tmp_path: Path) -> None:
+    import signal
+
+    from test_source_restart import _driver, _finish, _ids
+
+    with ServerProcess("--output-port", "out") as srv:
+        srv.admin.enqueue("out", _flowfiles("avro", 0, 4, v2=False) + _flowfiles("avro", 4, 4, v2=True))
+        cfg = {"record_format": "avro", "id_column": "id", "record_ids": True, "expect": 16, "per_trigger": 4}
+        # batch 0 (V1) is written; batch 1 meets the new fields, keeps the evolved schema, and the
+        # driver (JVM, Python workers) is SIGKILLed right then, before the query can fail
+        assert _finish(_driver(tmp_path, srv.url, kill_on_evolution=True, **cfg)) == -signal.SIGKILL
+        assert (tmp_path / "out" / "killed").read_text() == "evolution"
+        assert srv.admin.queued("out") == 0  # both batches were staged and confirmed
+        # the scheduler restarts it from its checkpoint: the kept schema, batch 1 replayed from staging
+        _finish(_driver(tmp_path, srv.url, **cfg))
+        rows = _ids(tmp_path / "out")
+        assert sorted(r[0] for r in rows) == sorted(k * 10 + j for k in range(8) for j in range(2))
+        for ident, rest in rows:
+            v2 = ident >= 40
+            assert rest.get("extra") == (ident + 0.5 if v2 else None)
+            assert rest["inner"]["x"] == ident and rest["inner"].get("z") == (f"z{ident}" if v2 else None)
