@@ -28,9 +28,9 @@ from pyspark_s2s.records.drift import (
     PARTIAL,
     Drift,
     cast_rescuing,
-    dumps,
-    rescue_json,
+    object_text,
     unknown_fields,
+    value_text,
 )
 from pyspark_s2s.records.read_base import _ARROW_ERRORS, holds
 from pyspark_s2s.records.types import avro_name
@@ -131,51 +131,54 @@ def _drift(batch: pa.RecordBatch, target: pa.Schema, drift: Drift, used: dict[st
     rescuing = drift.rescued is not None and drift.rescued in target.names
     if not rescuing:
         return None
-    rows = set(pc.indices_nonzero(mask).to_pylist()) if counted else set()
-    for bad in misfits.values():
-        rows.update(bad)
-    if partial is not None:
-        rows.update(pc.indices_nonzero(partial.is_valid()).to_pylist())
-    if not rows:
-        return pa.nulls(n, pa.string()).cast(target.field(drift.rescued).type)
-    order = sorted(rows)
-    at = pa.array(order, pa.int64())
-    objects: list[dict[str, Any]] = [{} for _ in order]
-    position = {r: i for i, r in enumerate(order)}
-    for c in top:
-        for obj, v in zip(objects, rescue_json(batch.column(c).take(at))):
-            if v is not None:
-                obj[c] = v
-    for src, paths in nested.items():
-        values = rescue_json(batch.column(src).take(at))
-        if any("[" in p or "{" in p for p in paths):
-            for obj, v in zip(objects, values):  # under an array or a map: the whole value
-                if v is not None:
-                    obj[src] = v
-            continue
-        for path in paths:
-            steps = path.split(".")[1:]
-            for obj, v in zip(objects, values):
-                leaf = v
-                for s in steps:
-                    leaf = leaf.get(s) if isinstance(leaf, dict) else None
-                if leaf is not None:
-                    node = obj.setdefault(src, {})
-                    for s in steps[:-1]:
-                        node = node.setdefault(s, {})
-                    node[steps[-1]] = leaf
-    for src, bad in misfits.items():
-        for r, v in zip(bad, rescue_json(batch.column(src).take(pa.array(bad, pa.int64())))):
-            objects[position[r]][src] = v
-    texts: list[str | None] = [None] * n
-    for r, obj in zip(order, objects):
-        if obj:
-            texts[r] = dumps(obj)
-    if partial is not None:  # JSON object text (exact numbers): joined as text, not parsed again
-        for r, text in zip(order, partial.take(at).to_pylist()):
-            if text is not None:
-                texts[r] = text if texts[r] is None else f"{texts[r][:-1]},{text[1:]}"
-    return pa.array(texts, pa.string()).cast(target.field(drift.rescued).type)
+    pieces: list[tuple[str, pa.Array]] = [(c, value_text(batch.column(c))) for c in top]
+    for src in dict.fromkeys([*nested, *misfits]):
+        col = batch.column(src)
+        text = None
+        if src in nested:
+            paths = nested[src]
+            held = None  # rows whose value holds one in an unknown field
+            for path in paths:
+                valid = _path_valid(col, path[len(used[src]):])
+                held = valid if held is None else pc.or_(held, valid)
+            if any("[" in p or "{" in p for p in paths):  # under an array or a map: the whole value
+                text = pc.if_else(held, value_text(col), pa.scalar(None, pa.string()))
+            else:
+                subset = _subset(col, [p[len(used[src]) + 1:] for p in paths])
+                text = pc.if_else(held, value_text(subset), pa.scalar(None, pa.string()))
+        if src in misfits:  # the value as it was written (the whole of it)
+            bad = pc.is_in(pa.array(range(n), pa.int64()), value_set=pa.array(misfits[src], pa.int64()))
+            whole = pc.if_else(bad, value_text(col), pa.scalar(None, pa.string()))
+            text = whole if text is None else pc.if_else(bad, whole, text)
+        assert text is not None
+        pieces.append((src, text))
+    texts = object_text(pieces, n)
+    if partial is not None:  # JSON object text (exact numbers) a reader rescued: joined as text
+        both = pc.and_(texts.is_valid(), partial.is_valid())
+        joined = pc.binary_join_element_wise(pc.utf8_slice_codeunits(texts, 0, -1), pa.scalar(","),
+                                             pc.utf8_slice_codeunits(partial, 1), "")
+        texts = pc.if_else(both, joined, pc.coalesce(texts, partial))
+    return texts.cast(target.field(drift.rescued).type)
+
+
+def _subset(arr: pa.Array, tails: list[str]) -> pa.Array:
+    """The records of ``arr`` with only the fields ``tails`` name (``y``, ``t.u``: paths inside
+    it), nested records likewise."""
+    arr = _unslice(arr)
+    heads: dict[str, list[str]] = {}
+    for tail in tails:
+        head, _, rest = tail.partition(".")
+        heads.setdefault(head, [])
+        if rest:
+            heads[head].append(rest)
+    children, fields = [], []
+    for head, rests in heads.items():
+        child = arr.field(head)
+        if rests and pa.types.is_struct(child.type):
+            child = _subset(child, rests)
+        children.append(child)
+        fields.append(pa.field(head, child.type))
+    return pa.StructArray.from_arrays(children, fields=fields, mask=arr.is_null())
 
 
 def _path_valid(arr: pa.Array, rest: str) -> pa.Array:

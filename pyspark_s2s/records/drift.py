@@ -44,9 +44,12 @@ __all__ = [
     "dumps",
     "evolved",
     "infer_json_type",
+    "object_text",
     "read_target",
     "rescue_json",
+    "rescue_text",
     "unknown_fields",
+    "value_text",
 ]
 
 #: the reserved key of the rescued-data object that holds the FlowFile's uuid
@@ -270,6 +273,71 @@ def _float(v: float | None) -> Any:
 
 def _key(k: Any) -> str:
     return k if isinstance(k, str) else json.dumps(k)
+
+
+def rescue_text(columns: list[tuple[str, pa.Array]], n: int) -> pa.Array:
+    """Per row, a JSON object text of the non-null values of ``columns`` ((key, values), each of
+    ``n`` rows) in their exact form (the module doc); null where every value is null. Scalars are
+    written with Arrow compute; binary, times of day, arrays and maps through Python."""
+    return object_text([(key, value_text(arr)) for key, arr in columns], n)
+
+
+def object_text(texts: list[tuple[str, pa.Array]], n: int) -> pa.Array:
+    """Per row, a JSON object of the non-null JSON texts of ``texts`` ((key, texts), each of ``n``
+    rows); null where every text is null."""
+    import pyarrow.compute as pc
+
+    pieces = []
+    for key, text in texts:  # ',"key":value', or "" where the value is null
+        piece = pc.binary_join_element_wise(pa.scalar("," + json.dumps(key, ensure_ascii=False) + ":"), text, "")
+        pieces.append(pc.fill_null(piece, ""))
+    if not pieces:
+        return pa.nulls(n, pa.string())
+    joined = pc.binary_join_element_wise(*pieces, "") if len(pieces) > 1 else pieces[0]
+    objects = pc.binary_join_element_wise(pa.scalar("{"), pc.utf8_slice_codeunits(joined, 1), pa.scalar("}"), "")
+    return pc.if_else(pc.equal(joined, ""), pa.scalar(None, pa.string()), objects)
+
+
+def value_text(arr: pa.Array) -> pa.Array:
+    """Each value of ``arr`` as JSON text in its exact form (nulls null)."""
+    import pyarrow.compute as pc
+
+    from pyspark_s2s.records.json_write import (
+        JSON_NONFINITE,
+        decimal_text,
+        float_text,
+        json_escaped,
+    )
+
+    t = arr.type
+    if pa.types.is_dictionary(t):
+        return value_text(arr.dictionary_decode())
+    if pa.types.is_integer(t):
+        return pc.cast(arr, pa.string())
+    if pa.types.is_boolean(t):
+        return pc.if_else(arr, pa.scalar("true"), pa.scalar("false"))
+    if pa.types.is_floating(t):
+        return pc.cast(float_text(arr, JSON_NONFINITE), pa.string())
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_decimal(t) or \
+            pa.types.is_timestamp(t) or pa.types.is_date(t):
+        if pa.types.is_decimal(t):
+            text = pc.cast(decimal_text(arr), pa.string())
+        elif pa.types.is_timestamp(t):
+            text = pc.strftime(arr, "%Y-%m-%dT%H:%M:%S" + ("Z" if t.tz is not None else ""))
+        elif pa.types.is_date(t):
+            text = pc.strftime(arr, "%Y-%m-%d")
+        else:
+            text = json_escaped(pc.cast(arr, pa.string()))
+        return pc.binary_join_element_wise(pa.scalar('"'), text, pa.scalar('"'), "")
+    if pa.types.is_struct(t):
+        arr = pa.concat_arrays([arr]) if arr.offset else arr
+        fields = [(t.field(i).name, arr.field(i)) for i in range(t.num_fields)]
+        texts = [pc.binary_join_element_wise(pa.scalar(json.dumps(name, ensure_ascii=False) + ":"),
+                                             pc.fill_null(value_text(child), "null"), "") for name, child in fields]
+        body = pc.binary_join_element_wise(*texts, ",") if texts else pa.repeat(pa.scalar(""), len(arr))
+        whole = pc.binary_join_element_wise(pa.scalar("{"), body, pa.scalar("}"), "")
+        return pc.if_else(arr.is_valid(), whole, pa.scalar(None, pa.string()))
+    return pa.array([None if v is None else dumps(v) for v in rescue_json(arr)], pa.string())
 
 
 def dumps(value: Any) -> str:

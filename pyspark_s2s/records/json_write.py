@@ -45,6 +45,7 @@ __all__ = [
     "is_string_like",
     "is_temporal",
     "join_pieces",
+    "json_escaped",
     "json_string",
     "json_text",
     "plain_strings",
@@ -332,6 +333,11 @@ def is_binary_like(t: pa.DataType) -> bool:
 
 
 # -- JSON ----------------------------------------------------------------------------------------
+
+
+def json_escaped(strings: pa.Array) -> pa.Array:
+    """A string array's values with JSON's escapes, without the quotes (nulls stay null)."""
+    return _escaped(strings)
 
 
 def _escaped(strings: pa.Array) -> pa.Array:
