@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from serverproc import ServerProcess  # noqa: E402
+from serverproc import ServerProcess
 
 BUILD = Path("/tmp/nifi-records")
 JAVA = os.environ.get("JAVA_HOME", "/usr/lib/jvm/temurin-25-jdk-amd64") + "/bin/java"
