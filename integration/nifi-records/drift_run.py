@@ -33,43 +33,20 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
+sys.path.insert(0, str(REPO / "tests" / "spark"))
+
 from serverproc import ServerProcess
+from test_source_drift import (  # the schemas and records the suite's drift tests use too
+    V1,
+    V2,
+)
+from test_source_drift import _records as records
+from test_source_drift import _schema as schema
 
 BUILD = Path("/tmp/nifi-records")
 JAVA = os.environ.get("JAVA_HOME", "/usr/lib/jvm/temurin-25-jdk-amd64") + "/bin/java"
 
-V1 = {"type": "record", "name": "nifiRecord", "namespace": "org.apache.nifi", "fields": [
-    {"name": "id", "type": ["long", "null"]},
-    {"name": "name", "type": ["string", "null"]},
-    {"name": "inner", "type": [{"type": "record", "name": "innerType", "fields": [
-        {"name": "x", "type": ["long", "null"]}]}, "null"]},
-]}
-V2 = {**V1, "fields": [
-    V1["fields"][0], V1["fields"][1],
-    {"name": "inner", "type": [{"type": "record", "name": "innerType", "fields": [
-        {"name": "x", "type": ["long", "null"]}, {"name": "z", "type": ["string", "null"]}]}, "null"]},
-    {"name": "extra", "type": ["double", "null"]},
-]}
 DDL_V1 = {"csv": "id BIGINT, name STRING", "other": "id BIGINT, name STRING, inner STRUCT<x: BIGINT>"}
-
-
-def schema(version: dict[str, Any], fmt: str) -> dict[str, Any]:
-    if fmt != "csv":
-        return version
-    return {**version, "fields": [f for f in version["fields"] if f["name"] != "inner"]}
-
-
-def records(k: int, v2: bool, fmt: str) -> list[dict[str, Any]]:
-    out = []
-    for j in range(2):
-        i = k * 10 + j
-        r: dict[str, Any] = {"id": i, "name": f"n{i}"}
-        if fmt != "csv":
-            r["inner"] = {"x": i, **({"z": f"z{i}"} if v2 else {})}
-        if v2:
-            r["extra"] = i + 0.5
-        out.append(r)
-    return out
 
 
 def nifi_write(fmt: str, version: dict[str, Any], recs: list[dict[str, Any]], work: Path) -> bytes:
@@ -188,7 +165,6 @@ def main() -> int:
     args = ap.parse_args()
     if not (BUILD / "classes").is_dir():
         raise SystemExit(f"run build.sh first ({BUILD / 'classes'} is missing)")
-    sys.path.insert(0, str(REPO / "tests" / "spark"))
     from sparkhelp import build_session
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -127,17 +127,22 @@ def avro_schema(fields: list[str] | None = None) -> dict[str, Any]:
 
 
 def avro_ocf(rows: list[dict[str, Any]], fields: list[str] | None = None, codec: str = "null") -> bytes:
+    schema = avro_schema(fields)
+    names = [f["name"] for f in schema["fields"]]
+    return avro_container(schema, [{n: r[n] for n in names} for r in rows], codec)
+
+
+def avro_container(schema: dict[str, Any], records: list[dict[str, Any]], codec: str = "null") -> bytes:
+    """An object container file of ``records`` written by Apache's ``avro`` with ``schema``."""
     import avro.datafile
     import avro.io
     import avro.schema
 
-    schema = avro_schema(fields)
-    parsed = avro.schema.parse(json.dumps(schema))
-    names = [f["name"] for f in schema["fields"]]
     buf = io.BytesIO()
-    writer = avro.datafile.DataFileWriter(buf, avro.io.DatumWriter(), parsed, codec=codec)
-    for r in rows:
-        writer.append({n: r[n] for n in names})
+    writer = avro.datafile.DataFileWriter(buf, avro.io.DatumWriter(), avro.schema.parse(json.dumps(schema)),
+                                          codec=codec)
+    for r in records:
+        writer.append(r)
     writer.flush()
     data = buf.getvalue()
     writer.close()

@@ -76,7 +76,7 @@ def main() -> None:
     q = df.writeStream.foreachBatch(sink).option("checkpointLocation", cfg["checkpoint"]).start()
     deadline = time.monotonic() + cfg.get("seconds", 60)
     while time.monotonic() < deadline:
-        seen = set()
+        seen: set[str] = set()
         for f in out.glob("batch-*.json"):
             seen.update(json.dumps(i) for i in json.loads(f.read_text()))
         if len(seen) >= cfg["expect"]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import recordsets as rs
 from serverproc import ServerProcess
 
 V1 = {"type": "record", "name": "nifiRecord", "namespace": "org.apache.nifi", "fields": [
@@ -60,18 +61,7 @@ def _records(k: int, v2: bool, fmt: str) -> list[dict[str, Any]]:
 
 def _content(fmt: str, schema: dict[str, Any], records: list[dict[str, Any]]) -> bytes:
     if fmt == "avro":
-        import avro.datafile
-        import avro.io
-        import avro.schema
-
-        buf = io.BytesIO()
-        writer = avro.datafile.DataFileWriter(buf, avro.io.DatumWriter(), avro.schema.parse(json.dumps(schema)))
-        for r in records:
-            writer.append(r)
-        writer.flush()
-        data = buf.getvalue()
-        writer.close()
-        return data
+        return rs.avro_container(schema, records)
     if fmt == "json":
         return json.dumps(records, separators=(",", ":")).encode()
     if fmt == "csv":
@@ -205,13 +195,9 @@ EDGE_FIELDS = [
 def test_rescue_keeps_new_fields_and_misfits_in_their_exact_form(spark: Any, srv: ServerProcess) -> None:
     import datetime as dt
 
-    import avro.datafile
-    import avro.io
-    import avro.schema
-
     schema = {"type": "record", "name": "r", "fields": [
         {"name": "id", "type": ["null", "string"]}, {"name": "name", "type": ["null", "string"]}, *EDGE_FIELDS]}
-    values = [
+    values: list[dict[str, Any]] = [
         {"id": "1", "name": "a", "amount": Decimal("-170141183460469231731687303715884105.72"), "blob": b"\x00\xff",
          "when": dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC), "ratio": float("nan"),
          "text": "naïve ☃"},
@@ -219,13 +205,7 @@ def test_rescue_keeps_new_fields_and_misfits_in_their_exact_form(spark: Any, srv
          "ratio": float("-inf"), "text": None},
         {"id": "3", "name": "c", "amount": None, "blob": None, "when": None, "ratio": None, "text": None},
     ]
-    buf = io.BytesIO()
-    w = avro.datafile.DataFileWriter(buf, avro.io.DatumWriter(), avro.schema.parse(json.dumps(schema)))
-    for v in values:
-        w.append(v)
-    w.flush()
-    avro_content = buf.getvalue()
-    w.close()
+    avro_content = rs.avro_container(schema, values)
     json_content = b'[{"id":7,"name":"j","more":{"deep":[1,2.50]},"n":12345678901234567890.125},' \
                    b'{"id":"eight","name":"k"}]'
     avro_uuid = str(uuid.uuid4())
@@ -330,7 +310,7 @@ def test_a_driver_killed_in_the_evolving_micro_batch_restarts_and_reads_every_id
         assert srv.admin.queued("out") == 0  # both batches were staged and confirmed
         # the scheduler restarts it from its checkpoint: the kept schema, batch 1 replayed from staging
         _finish(_driver(tmp_path, srv.url, **cfg))
-        rows = _ids(tmp_path / "out")
+        rows: list[Any] = _ids(tmp_path / "out")
         assert sorted(r[0] for r in rows) == sorted(k * 10 + j for k in range(8) for j in range(2))
         for ident, rest in rows:
             v2 = ident >= 40
