@@ -373,7 +373,6 @@ class RecordRows:
                 # all or nothing: the whole FlowFile is parsed before any of its rows is kept
                 parsed = iter(list(parsed))
             for part in parsed:
-                self.watch.check([i], where, self._probe(where))
                 if part.num_rows:
                     yield self._with_meta(part, attributes, i, ff_uuid)
             self.watch.check([i], where, self._probe(where))
