@@ -40,8 +40,16 @@ def _csv_read_type(t: pa.DataType) -> pa.DataType:
 
 
 def _csv_header(buf: pa.Buffer, parse: Any) -> list[str]:
-    """The names in a CSV's header line (parsed with the record set's own dialect)."""
+    """The names in a CSV's header line (parsed with the record set's own dialect): from the first
+    line alone when it holds no quote (the usual header: pyarrow then parses no record), else from
+    the content."""
     import pyarrow.csv as pcsv
+    head = buf[:min(buf.size, 1 << 16)].to_pybytes()
+    end = head.find(b"\n")
+    quote = parse.quote_char.encode() if parse.quote_char else b""
+    if end > 0 and head[:end].strip(b"\r \t") and not head.startswith(b"\xef\xbb\xbf") and \
+            not (quote and quote in head[:end]):
+        buf = pa.py_buffer(head[:end + 1])
     read = pcsv.ReadOptions(use_threads=False, block_size=_block_size(buf), autogenerate_column_names=False)
     try:
         reader = pcsv.open_csv(pa.BufferReader(buf), read_options=read, parse_options=parse,
