@@ -42,7 +42,7 @@ from pyspark_s2s.server.faults import FaultRegistry
 from pyspark_s2s.server.model import Node
 from pyspark_s2s.server.persist import write_json_atomic
 
-__all__ = ["MEDIA_TYPE", "PREFIX", "RegistryError", "SchemaStore", "handle", "registry_line"]
+__all__ = ["MEDIA_TYPE", "PREFIX", "RegistryApp", "RegistryError", "RegistryRequest", "SchemaStore", "handle", "registry_line"]
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def _check_avro(node: Any, where: str, depth: int = 0) -> None:
             raise ValueError(f"{where}: an empty union")
         for k, branch in enumerate(node):
             if isinstance(branch, list):
-                raise ValueError(f"{where}: a union directly inside a union")
+                raise ValueError(f"{where}: a union directly inside a union")  # noqa: TRY004 - the schema's error
             _check_avro(branch, f"{where}[{k}]", depth + 1)
         return
     if not isinstance(node, dict) or "type" not in node:
@@ -274,7 +274,7 @@ def registry_line(node_url: str) -> str:
 # -- the HTTP side ----------------------------------------------------------------------------------
 
 
-class _RegistryApp(core.CoreApp, Protocol):
+class RegistryApp(core.CoreApp, Protocol):
     """What the registry needs of the running server (:class:`~pyspark_s2s.server.app.ServerApp`)."""
 
     @property
@@ -288,7 +288,7 @@ class RegistryRequest(Protocol):
     """What the registry needs of the request it answers (:class:`~pyspark_s2s.server.http.S2SHandler`)."""
 
     @property
-    def app(self) -> _RegistryApp: ...
+    def app(self) -> RegistryApp: ...
 
     @property
     def node(self) -> Node: ...

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -32,7 +33,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]
 
 
 def _post(base: str, path: str, schema: object, **extra: object) -> requests.Response:
-    body = {"schema": schema if isinstance(schema, str) else json.dumps(schema), **extra}
+    body: dict[str, Any] = {"schema": schema if isinstance(schema, str) else json.dumps(schema), **extra}
     return requests.post(base + path, json=body, headers={"Content-Type": MEDIA}, timeout=10)
 
 
