@@ -276,3 +276,31 @@ def test_registry_gone_mid_stream(spark: Any, srv: ServerProcess, tmp_path: Path
         assert written() == [(0, None), (1, None), (2, None), (3, None), (4, None), (5, 50)]
     finally:
         reg.stop()
+
+
+def test_strategy_options_are_checked_together() -> None:
+    from pyspark_s2s.errors import ConfigError
+    from pyspark_s2s.spark.options import SparkOptions
+
+    base = {"url": "http://127.0.0.1:1/nifi", "portName": "p", "recordFormat": "avro"}
+    cases = [
+        ({"schemaAccessStrategy": "schemaName"}, "schemaRegistryUrl"),
+        ({"recordFormat": "json", "schemaAccessStrategy": "confluentContentEncoded",
+          "schemaRegistryUrl": "http://r"}, "schemaAccessStrategy"),
+        ({"schemaWriteStrategy": "confluentContentEncoded", "schemaRegistryUrl": "http://r"}, "schemaName"),
+        ({"schemaWriteStrategy": "schemaName", "schemaName": "s"}, "schemaRegistryUrl"),
+        ({"recordFormat": "csv", "schemaWriteStrategy": "embedded"}, "schemaWriteStrategy"),
+        ({"schemaName": "s"}, "schemaName"),
+        ({"schemaRegistryUrl": "http://r", "schemaRegistryUsername": "u"}, "schemaRegistryPassword"),
+        ({"schemaRegistryUrl": "http://u:pw-in-url@r"}, "schemaRegistryUrl"),
+        ({"schemaAccessStrategy": "hortonworks"}, "schemaAccessStrategy"),
+    ]
+    for extra, option in cases:
+        with pytest.raises(ConfigError) as info:
+            SparkOptions.parse({**base, **extra})
+        assert info.value.option == option, (extra, info.value)
+        assert "pw-in-url" not in str(info.value)
+    ok = SparkOptions.parse({**base, "schemaRegistryUrl": "http://a/, https://b", "schemaRegistryUsername": "u",
+                             "schemaRegistryPassword": "sr-secret-1", "schemaaccessstrategy": "CONFLUENTCONTENTENCODED"})
+    assert ok.schema_registry_url == ("http://a", "https://b") and ok.schema_access_strategy == "confluentContentEncoded"
+    assert "sr-secret-1" not in repr(ok)
