@@ -31,8 +31,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.spark_read import IN_PORT, OUT_PORT, REPO, RECORD_DDL, available_now, load_average, record_content, \
-    record_table
+from bench.spark_read import (
+    IN_PORT,
+    OUT_PORT,
+    RECORD_DDL,
+    REPO,
+    available_now,
+    load_average,
+    record_content,
+    record_table,
+)
 from pyspark_s2s.server.process import ServerSubprocess
 
 SCHEMA = {"type": "record", "name": "nifiRecord", "namespace": "org.apache.nifi", "fields": [
@@ -116,9 +124,9 @@ def main(argv: list[str] | None = None) -> int:
                      if key == "embedded" else framed(sid, 100, 100))
                 read(spark, url, 100, work / f"warm-{key}", **options[key])
             for r in range(args.rounds):
-                for key in results:
+                for key, runs in results.items():
                     send(url, contents[key])
-                    results[key].append(read(spark, url, rows, work / f"{key}{r}", **options[key]))
+                    runs.append(read(spark, url, rows, work / f"{key}{r}", **options[key]))
                 loads.append(load_average())
                 print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1][1]:,.0f}" for k, v in results.items())
                       + f" rows/s in micro-batches (load average {loads[-1]})", flush=True)
