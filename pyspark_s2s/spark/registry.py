@@ -182,13 +182,15 @@ class _FramedGroup:
 
 def registry_parts(rows: Any, batch: Any, peer: str, transaction_id: str) -> Iterator[Any]:
     """Each FlowFile's rows in order, for a :class:`~pyspark_s2s.spark.rows.RecordRows` whose
-    read resolves schemas: small Confluent-framed FlowFiles of one schema id read together
-    (through ``rows._group``, which reads a group that fails one by one), every other FlowFile
-    alone (``rows._one``, which resolves it first)."""
-    from pyspark_s2s.records.grouped import SMALL_RECORD_SET
+    read resolves schemas: small Confluent-framed FlowFiles of one schema id read together, and
+    small object containers of one header as ``records.grouped`` reads them (both through
+    ``rows._group``, which reads a group that fails one by one), every other FlowFile alone
+    (``rows._one``, which resolves it first)."""
+    import pyarrow as pa
+
+    from pyspark_s2s.records.grouped import SMALL_RECORD_SET, RecordSetGroup
 
     content, attributes = batch.column(0), batch.column(1)
-    import pyarrow as pa
 
     def content_of(i: int) -> Any:
         value = content[i]
@@ -196,18 +198,25 @@ def registry_parts(rows: Any, batch: Any, peer: str, transaction_id: str) -> Ite
 
     where = (attributes, peer, transaction_id, content_of)
     resolver = rows.resolver
-    group = _FramedGroup(resolver, rows.target, rows.settings)
+    groups: dict[str, Any] = {"confluentContentEncoded": _FramedGroup(resolver, rows.target, rows.settings),
+                              "embedded": RecordSetGroup("avro", rows.target, rows.settings)}
+    current: Any = None
     members: list[tuple[int, bytes]] = []
     for i in range(batch.num_rows):
         rows.flow_files += 1
         data = content_of(i)
-        framed = data.size <= SMALL_RECORD_SET and data.size > CONFLUENT_HEADER and \
-            resolver.strategy_for(data[:CONFLUENT_HEADER].to_pybytes(), _attrs(attributes, i)) == \
-            "confluentContentEncoded"
-        if framed:
+        group = None
+        if CONFLUENT_HEADER < data.size <= SMALL_RECORD_SET:
+            head = data[:CONFLUENT_HEADER].to_pybytes()
+            group = groups.get(resolver.strategy_for(head, _attrs(attributes, i)))
+        if group is not None:
+            if members and group is not current:
+                yield from rows._group(current, members, where)
+                members = []
+            current = group
             raw = data.to_pybytes()
             took = group.add(raw)
-            if took is None:
+            if took is None:  # another schema id or header: read the group held, then start the next
                 yield from rows._group(group, members, where)
                 members = []
                 took = group.add(raw)
@@ -218,11 +227,11 @@ def registry_parts(rows: Any, batch: Any, peer: str, transaction_id: str) -> Ite
                     members = []
                 continue
         if members:
-            yield from rows._group(group, members, where)
+            yield from rows._group(current, members, where)
             members = []
         yield from rows._one(i, where)
     if members:
-        yield from rows._group(group, members, where)
+        yield from rows._group(current, members, where)
 
 
 def _attrs(attributes: Any, i: int) -> dict[str, str]:

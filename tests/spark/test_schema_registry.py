@@ -66,6 +66,19 @@ def datums(schema: dict[str, Any], rows: list[dict[str, Any]]) -> bytes:
     return buf.getvalue()
 
 
+def ocf(schema: dict[str, Any], rows: list[dict[str, Any]]) -> bytes:
+    import avro.datafile
+
+    buf = io.BytesIO()
+    writer = avro.datafile.DataFileWriter(buf, avro.io.DatumWriter(), avro.schema.parse(json.dumps(schema)))
+    for r in rows:
+        writer.append(r)
+    writer.flush()
+    data = buf.getvalue()
+    writer.close()
+    return data
+
+
 def read_datums(schema_text: str, data: bytes) -> list[Any]:
     parsed = avro.schema.parse(schema_text)
     reader = avro.io.DatumReader(parsed)
@@ -85,9 +98,9 @@ def reader(spark: Any, srv: ServerProcess, schema: str | None, **options: str) -
     return (r.schema(schema) if schema else r).load()
 
 
-def stream_rows(spark: Any, srv: ServerProcess, tmp_path: Path, **options: str) -> list[dict[str, Any]]:
+def stream_rows(spark: Any, srv: ServerProcess, tmp_path: Path, ddl: str = DDL, **options: str) -> list[dict[str, Any]]:
     r = spark.readStream.format("nifi-s2s").option("url", srv.url).option("portName", "out") \
-        .option("recordFormat", "avro").option("stagingLocation", str(tmp_path / "staging")).schema(DDL)
+        .option("recordFormat", "avro").option("stagingLocation", str(tmp_path / "staging")).schema(ddl)
     for k, v in options.items():
         r = r.option(k, v)
     # a file sink (a memory sink cannot restart from its checkpoint): every row the query wrote so far
@@ -99,13 +112,13 @@ def stream_rows(spark: Any, srv: ServerProcess, tmp_path: Path, **options: str) 
         assert q.exception() is None, q.exception()
     finally:
         q.stop()
-    return [r.asDict() for r in spark.read.schema(DDL).parquet(str(out)).collect()]
+    return [r.asDict() for r in spark.read.schema(ddl).parquet(str(out)).collect()]
 
 
 def test_confluent_framed_stream_two_versions_interleaved(spark: Any, srv: ServerProcess, tmp_path: Path) -> None:
     id1, id2 = register(srv, "orders-value", V1), register(srv, "orders-value", V2)
     flowfiles = []
-    expected = []
+    expected: list[dict[str, Any]] = []
     for k in range(40):  # one Kafka message per FlowFile (ConsumeKafka), the two versions interleaved
         if k % 2:
             flowfiles.append(({"kafka.offset": str(k)}, confluent_header(id2) + datums(V2, [
@@ -119,12 +132,24 @@ def test_confluent_framed_stream_two_versions_interleaved(spark: Any, srv: Serve
     many = [{"id": 100 + i, "qty": None if i % 3 else i, "item": f"set-{i}"} for i in range(25)]
     flowfiles.append(({}, confluent_header(id2) + datums(V2, many)))
     expected += [{"id": r["id"], "item": r["item"], "qty": r["qty"]} for r in many]
+    # in the same stream: small containers with the schema embedded, bare datums named by schema.name
+    for k in (200, 201):
+        flowfiles.insert(k - 195, ({"kafka.offset": str(k)}, ocf(V1, [{"id": k, "item": "ocf"}])))
+        expected.append({"id": k, "item": "ocf", "qty": None})
+    flowfiles.insert(20, ({"kafka.offset": "300", "schema.name": "orders-value", "schema.version": "2"},
+                          datums(V2, [{"id": 300, "qty": 3, "item": "named"}])))
+    expected.append({"id": 300, "item": "named", "qty": 3})
     srv.admin.enqueue("out", flowfiles)
-    # the strategy inferred from the FlowFiles (a first byte 0, a registry given)
-    got = stream_rows(spark, srv, tmp_path, schemaRegistryUrl=registry_url(srv))
-    assert sorted(got, key=lambda r: r["id"]) == expected
+    # the strategy taken from each FlowFile (a first byte 0, a container, schema.name; a registry given)
+    got = stream_rows(spark, srv, tmp_path, DDL + ", _attributes MAP<STRING, STRING>", includeAttributes="true",
+                      schemaRegistryUrl=registry_url(srv))
+    for row in got:  # each row with its own FlowFile's attributes, grouped or not
+        offset = row.pop("_attributes").get("kafka.offset")
+        assert offset == (str(row["id"]) if row["id"] < 100 or row["id"] >= 200 else None), row
+    assert sorted(got, key=lambda r: r["id"]) == sorted(expected, key=lambda r: r["id"])
     kept = sorted(p.name for p in (tmp_path / "staging" / "schemas").iterdir())
-    assert kept == [f"id-{id1}.avsc", f"id-{id2}.avsc"]  # each id fetched by the workers, kept for the query
+    # each id (and the numbered version named) fetched by the workers, kept for the query
+    assert kept == [f"id-{id1}.avsc", f"id-{id2}.avsc", "subject-orders-value-v2.json"]
 
 
 def test_type_fidelity_through_confluent_framing_both_ways(spark: Any, srv: ServerProcess) -> None:
@@ -240,6 +265,9 @@ def test_registry_gone_mid_stream(spark: Any, srv: ServerProcess, tmp_path: Path
     options = {"schemaRegistryUrl": url, "schemaAccessStrategy": "confluentContentEncoded"}
     out = tmp_path / "out"
 
+    def taken(q: Any) -> int:
+        return sum(p["numInputRows"] for p in q.recentProgress)
+
     def written() -> list[tuple[int, Any]]:
         return sorted((r.id, r.qty) for r in spark.read.schema(DDL).parquet(str(out)).collect())
 
@@ -258,12 +286,12 @@ def test_registry_gone_mid_stream(spark: Any, srv: ServerProcess, tmp_path: Path
         try:
             srv.admin.enqueue("out", [({}, confluent_header(id1) + datums(V1, [{"id": k, "item": "first"}]))
                                       for k in range(3)])
-            wait_for(lambda: len(written()) == 3, 60, "the first micro-batch")
+            wait_for(lambda: taken(q) >= 3, 60, "the first micro-batch", interval=0.25)
             assert written() == [(0, None), (1, None), (2, None)]
             reg.stop()  # the registry goes away mid-stream
             srv.admin.enqueue("out", [({}, confluent_header(id1) + datums(V1, [{"id": k, "item": "cached"}]))
                                       for k in (3, 4)])
-            wait_for(lambda: len(written()) == 5, 60, "the micro-batch of a cached id")  # still reads
+            wait_for(lambda: taken(q) >= 5, 60, "the micro-batch of a cached id", interval=0.25)  # still reads
             assert [k for k, _ in written()] == [0, 1, 2, 3, 4]
             srv.admin.enqueue("out", [({}, confluent_header(id2) + datums(V2, [{"id": 5, "qty": 50, "item": "new"}]))])
             with pytest.raises(StreamingQueryException, match=rf"schema id {id2}.*127\.0\.0\.1:{port}"):
