@@ -34,6 +34,7 @@ __all__ = [
     "SchemaResolver",
     "confluent_header",
     "confluent_id",
+    "strategy_from",
     "strategy_of",
 ]
 
@@ -72,11 +73,18 @@ def strategy_of(head: bytes, attributes: Mapping[str, str], registry: bool) -> s
     unambiguous: an object container's header is ``embedded``; an ``avro.schema`` attribute is
     ``schemaText``; with a registry, a ``schema.name`` attribute is ``schemaName`` and a first
     byte 0 ``confluentContentEncoded``; anything else ``schemaText`` (the reader's own rules)."""
+    return strategy_from(head, bool(attributes.get("avro.schema")), bool(attributes.get("schema.name")), registry)
+
+
+def strategy_from(head: bytes, schema_text: bool, schema_name: bool, registry: bool) -> str:
+    """:func:`strategy_of` from the content's first bytes and whether the FlowFile has a
+    non-empty ``avro.schema`` and ``schema.name`` attribute (a caller that has them for a whole
+    batch at once, from Arrow, makes no dict per FlowFile)."""
     if head[:4] == container.MAGIC:
         return "embedded"
-    if attributes.get("avro.schema"):
+    if schema_text:
         return "schemaText"
-    if registry and attributes.get("schema.name"):
+    if registry and schema_name:
         return "schemaName"
     if registry and len(head) >= CONFLUENT_HEADER and head[0] == 0:
         return "confluentContentEncoded"

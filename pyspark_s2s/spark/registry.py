@@ -185,36 +185,54 @@ def registry_parts(rows: Any, batch: Any, peer: str, transaction_id: str) -> Ite
     read resolves schemas: small Confluent-framed FlowFiles of one schema id read together, and
     small object containers of one header as ``records.grouped`` reads them (both through
     ``rows._group``, which reads a group that fails one by one), every other FlowFile alone
-    (``rows._one``, which resolves it first)."""
+    (``rows._one``, which resolves it first). Which strategy a FlowFile uses comes from its first
+    bytes and two attribute tests made for the whole batch in Arrow: no dict per FlowFile."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     from pyspark_s2s.records.grouped import SMALL_RECORD_SET, RecordSetGroup
+    from pyspark_s2s.records.registry import strategy_from
 
     content, attributes = batch.column(0), batch.column(1)
+    # each content as a slice of the batch's data buffer (as rows._parts takes them)
+    bufs = content.buffers()
+    offset_type = pa.int64() if pa.types.is_large_binary(content.type) else pa.int32()
+    offsets = pa.Array.from_buffers(offset_type, len(content) + 1, [None, bufs[1]],
+                                    offset=content.offset).to_pylist()
+    values = bufs[2] or pa.py_buffer(b"")
+    view = memoryview(values)
+    nulls = content.is_null().to_pylist()
 
     def content_of(i: int) -> Any:
-        value = content[i]
-        return value.as_buffer() if value.is_valid else pa.py_buffer(b"")
+        return pa.py_buffer(b"") if nulls[i] else values.slice(offsets[i], offsets[i + 1] - offsets[i])
+
+    def present(name: str) -> list[bool]:
+        found = pc.map_lookup(attributes, pa.scalar(name), "last")
+        return pc.fill_null(pc.greater(pc.utf8_length(found), 0), False).to_pylist()
 
     where = (attributes, peer, transaction_id, content_of)
     resolver = rows.resolver
+    fixed = resolver.strategy
+    has_text, has_name = (present("avro.schema"), present("schema.name")) if fixed is None else ([], [])
+    registry = resolver.registry
     groups: dict[str, Any] = {"confluentContentEncoded": _FramedGroup(resolver, rows.target, rows.settings),
                               "embedded": RecordSetGroup("avro", rows.target, rows.settings)}
     current: Any = None
     members: list[tuple[int, bytes]] = []
     for i in range(batch.num_rows):
         rows.flow_files += 1
-        data = content_of(i)
+        start, length = offsets[i], offsets[i + 1] - offsets[i]
         group = None
-        if CONFLUENT_HEADER < data.size <= SMALL_RECORD_SET:
-            head = data[:CONFLUENT_HEADER].to_pybytes()
-            group = groups.get(resolver.strategy_for(head, _attrs(attributes, i)))
+        if not nulls[i] and CONFLUENT_HEADER < length <= SMALL_RECORD_SET:
+            head = bytes(view[start:start + CONFLUENT_HEADER])
+            strategy = fixed or strategy_from(head, has_text[i], has_name[i], registry)
+            group = groups.get(strategy)
         if group is not None:
             if members and group is not current:
                 yield from rows._group(current, members, where)
                 members = []
             current = group
-            raw = data.to_pybytes()
+            raw = bytes(view[start:start + length])
             took = group.add(raw)
             if took is None:  # another schema id or header: read the group held, then start the next
                 yield from rows._group(group, members, where)
@@ -232,10 +250,6 @@ def registry_parts(rows: Any, batch: Any, peer: str, transaction_id: str) -> Ite
         yield from rows._one(i, where)
     if members:
         yield from rows._group(current, members, where)
-
-
-def _attrs(attributes: Any, i: int) -> dict[str, str]:
-    return dict(attributes[i].as_py())
 
 
 def write_strategy(opts: SparkOptions, spec: Any) -> Any:
