@@ -132,24 +132,25 @@ def keep_schemas_in(resolver: SchemaResolver, staging: Any) -> None:
 
 
 def registry_read(resolver: SchemaResolver, data: Any, fmt: str, target: Any, settings: Any,
-                  attributes: Mapping[str, str]) -> Iterator[Any]:
+                  attributes: Mapping[str, str], drift: Any = None) -> Iterator[Any]:
     """:func:`~pyspark_s2s.records.read.read_record_set` of one FlowFile after the resolver's
     pre-step; lazy, so that a content the strategy does not fit is malformed where the reader's
     own errors are (under ``mode``); a registry that fails raises as it is."""
     from pyspark_s2s.records.read import read_record_set
 
     content, attrs = resolver.resolve(data, attributes)
-    yield from read_record_set(content, fmt, target, settings, attributes=attrs)
+    yield from read_record_set(content, fmt, target, settings, attributes=attrs, drift=drift)
 
 
 class _FramedGroup:
     """:class:`~pyspark_s2s.records.registry.ConfluentGroup` with the interface the row maker's
     ``_group`` takes (``add(bytes)``, ``read()`` -> (a batch of exactly the target, counts))."""
 
-    def __init__(self, resolver: SchemaResolver, target: Any, settings: Any) -> None:
+    def __init__(self, resolver: SchemaResolver, target: Any, settings: Any, drift: Any = None) -> None:
         self.resolver = resolver
         self.target = target
         self.settings = settings
+        self.drift = drift  #: the schema-drift rules (records.drift), as for any record set
         self.group = ConfluentGroup()
         self._infos: dict[int, Any] = {}
 
@@ -175,7 +176,7 @@ class _FramedGroup:
         table, counts = self.group.read(info, self.settings.budget(size, "avro"))
         batches = table.to_batches()
         batch = pa.concat_batches(batches) if batches else pa.RecordBatch.from_pylist([], schema=table.schema)
-        out = conform(batch, self.target)
+        out = conform(batch, self.target, self.drift)
         checked(out, "avro")
         return out, counts
 
@@ -215,8 +216,9 @@ def registry_parts(rows: Any, batch: Any, peer: str, transaction_id: str) -> Ite
     fixed = resolver.strategy
     has_text, has_name = (present("avro.schema"), present("schema.name")) if fixed is None else ([], [])
     registry = resolver.registry
-    groups: dict[str, Any] = {"confluentContentEncoded": _FramedGroup(resolver, rows.target, rows.settings),
-                              "embedded": RecordSetGroup("avro", rows.target, rows.settings)}
+    drift = rows.watch.drift
+    groups: dict[str, Any] = {"confluentContentEncoded": _FramedGroup(resolver, rows.target, rows.settings, drift),
+                              "embedded": RecordSetGroup("avro", rows.target, rows.settings, drift)}
     current: Any = None
     members: list[tuple[int, bytes]] = []
     for i in range(batch.num_rows):
