@@ -332,3 +332,20 @@ def test_strategy_options_are_checked_together() -> None:
                              "schemaRegistryPassword": "sr-secret-1", "schemaaccessstrategy": "CONFLUENTCONTENTENCODED"})
     assert ok.schema_registry_url == ("http://a", "https://b") and ok.schema_access_strategy == "confluentContentEncoded"
     assert "sr-secret-1" not in repr(ok)
+
+
+def test_framed_versions_under_the_drift_rules(spark: Any, srv: ServerProcess) -> None:
+    """A field a newer writer schema adds and the query lacks is rescued, in a framed group and alone."""
+    id1, id2 = register(srv, "drift-value", V1), register(srv, "drift-value", V2)
+    srv.admin.enqueue("out", [
+        ({"uuid": "u-1"}, confluent_header(id1) + datums(V1, [{"id": 1, "item": "a"}])),
+        ({"uuid": "u-2"}, confluent_header(id2) + datums(V2, [{"id": 2, "qty": 20, "item": "b"}])),
+        ({"uuid": "u-3"}, confluent_header(id2) + datums(V2, [{"id": 3, "qty": None, "item": "c"}])),
+        ({"uuid": "u-4"}, confluent_header(id2) + datums(V2, [{"id": 4, "qty": 40, "item": "d"}] * 3)),
+    ])
+    rows = reader(spark, srv, "id BIGINT, item STRING, _rescued_data STRING", schemaEvolutionMode="rescue").collect()
+    got = sorted((r.id, r.item, None if r._rescued_data is None else json.loads(r._rescued_data)) for r in rows)
+    assert [(i, item) for i, item, _ in got] == [(1, "a"), (2, "b"), (3, "c"), (4, "d"), (4, "d"), (4, "d")]
+    assert got[0][2] is None and got[2][2] is None  # nothing to rescue
+    assert got[1][2]["qty"] == 20 and got[1][2]["_flowfile_uuid"] == "u-2"
+    assert all(g[2]["qty"] == 40 and g[2]["_flowfile_uuid"] == "u-4" for g in got[3:])
