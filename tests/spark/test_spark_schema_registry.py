@@ -344,7 +344,9 @@ def test_framed_versions_under_the_drift_rules(spark: Any, srv: ServerProcess) -
         ({"uuid": "u-4"}, confluent_header(id2) + datums(V2, [{"id": 4, "qty": 40, "item": "d"}] * 3)),
     ])
     rows = reader(spark, srv, "id BIGINT, item STRING, _rescued_data STRING", schemaEvolutionMode="rescue").collect()
-    got = sorted((r.id, r.item, None if r._rescued_data is None else json.loads(r._rescued_data)) for r in rows)
+    got: list[tuple[int, str, Any]] = sorted(
+        ((r.id, r.item, None if r._rescued_data is None else json.loads(r._rescued_data)) for r in rows),
+        key=lambda g: g[0])
     assert [(i, item) for i, item, _ in got] == [(1, "a"), (2, "b"), (3, "c"), (4, "d"), (4, "d"), (4, "d")]
     assert got[0][2] is None and got[2][2] is None  # nothing to rescue
     assert got[1][2]["qty"] == 20 and got[1][2]["_flowfile_uuid"] == "u-2"
