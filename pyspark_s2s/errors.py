@@ -41,6 +41,7 @@ __all__ = [
     "S2SError",
     "S2STimeoutError",
     "SchemaChanged",
+    "SchemaRegistryError",
     "TransactionNotFoundError",
     "TransactionStateError",
     "TransportError",
@@ -271,6 +272,14 @@ class NoPeerAvailableError(S2SError):
     """No peer could take the transaction (all penalized, unreachable, or none listed)."""
 
     default_retriable = True
+
+
+class SchemaRegistryError(S2SError):
+    """A schema registry (Confluent's REST API) could not be reached, or refused or did not know
+    what was asked (a schema id, a subject, a version, a registration); ``peer`` is the registry
+    URL, ``http_status`` its answer, and the message holds the subject or id and the registry's
+    own message (``error_code`` and text). Retriable when no registry answered or one failed
+    (5xx); a refusal (4xx) is not."""
 
 
 # -- response code / HTTP status mapping -------------------------------------------------------

@@ -63,7 +63,7 @@ def _avro(buf: pa.Buffer, target: pa.Schema, attributes: Mapping[str, str], budg
     if not text:
         raise MalformedRecordSet(
             "not an Avro object container file (no 'Obj\\x01' header) and no avro.schema attribute to read "
-            "bare Avro datums with (Confluent-framed content is not supported)")
+            "bare Avro datums with (Confluent-framed content and schema.name need schemaRegistryUrl)")
     yield from _avro_bare(buf, _avro_schema(text, "the avro.schema attribute"), target, budget)
 
 

@@ -77,6 +77,10 @@ class RecordWriteSpec:
     partition_columns: tuple[str, ...] = ()
     attributes: tuple[tuple[str, str], ...] = ()
     write_schema_attribute: bool = False
+    #: Avro as bare datums, no container (NiFi's writer with any schema write strategy but the
+    #: embedded one), after ``content_prefix`` (Confluent's 5-byte header; records.registry)
+    avro_datums: bool = False
+    content_prefix: bytes = b""
 
     @classmethod
     def build(cls, fmt: str, schema: pa.Schema, **settings: Any) -> RecordWriteSpec:
@@ -190,6 +194,14 @@ def _avro_container(table: pa.Table, spec: RecordWriteSpec) -> list[Any]:
     return parts
 
 
+def _avro_datums(table: pa.Table, spec: RecordWriteSpec) -> list[Any]:
+    """Bare Avro datums one after another, after ``spec.content_prefix`` (as NiFi's
+    WriteAvroResultWithExternalSchema writes them, after a schema reference writer's header)."""
+    schema = _parsed_schema(spec.schema_json)
+    parts: list[Any] = [spec.content_prefix] if spec.content_prefix else []
+    return parts + [encode_records(part, schema) for part in _parts(table)]
+
+
 def write_record_set(table: pa.Table | pa.RecordBatch, spec: RecordWriteSpec) -> list[Any]:
     """One record set (the whole content of one FlowFile) holding every row of ``table``, as the
     list of its parts in order (bytes-like; their concatenation is the content). Written a part at
@@ -212,7 +224,7 @@ def write_record_set(table: pa.Table | pa.RecordBatch, spec: RecordWriteSpec) ->
             writer.close()
         return sink.parts
     if fmt == "avro":
-        return _avro_container(table, spec)
+        return _avro_datums(table, spec) if spec.avro_datums else _avro_container(table, spec)
     parts: list[Any] = []
     if fmt == "csv":
         for i, part in enumerate(_parts(table)):

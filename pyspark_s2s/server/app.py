@@ -20,6 +20,7 @@ from pyspark_s2s.server.faults import FaultRegistry
 from pyspark_s2s.server.http import DEFAULT_IDLE_TIMEOUT, NodeServer
 from pyspark_s2s.server.model import Cluster, Node
 from pyspark_s2s.server.raw import RawNodeServer
+from pyspark_s2s.server.schemaregistry import SchemaStore
 from pyspark_s2s.server.tls import AccessPolicy
 
 __all__ = ["Advertise", "ServerApp"]
@@ -86,8 +87,11 @@ class ServerApp:
         raw_ssl_context: ssl.SSLContext | None = None,
         advertise: Advertise | None = None,
         http_site_to_site: bool = True,
+        schema_store: SchemaStore | None = None,
     ) -> None:
         self.cluster = cluster
+        #: the Confluent-compatible schema registry (``--schema-registry``), None when off
+        self.schema_store = schema_store
         #: the host names and ports given out in peer lists and site details (``--advertised-*``)
         self.advertise = advertise or Advertise()
         #: HTTP(S) Site-to-Site (NiFi's ``nifi.remote.input.http.enabled``); off: the site details

@@ -210,6 +210,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="turn HTTP(S) Site-to-Site off (NiFi's nifi.remote.input.http.enabled=false): the "
                         "site details name no HTTP port, /site-to-site/peers and data transfers answer 403; "
                         "without --raw-port too, Site-to-Site is off altogether")
+    p.add_argument("--schema-registry", action="store_true",
+                   help="also serve a Confluent-compatible schema registry (the REST subset NiFi's "
+                        "ConfluentSchemaRegistry uses: ids, subjects, versions, register, lookup) under "
+                        "/schema-registry on every node's HTTP(S) port; durable under --data-dir; no "
+                        "compatibility checks")
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -308,8 +313,18 @@ def build_app(args: argparse.Namespace) -> tuple[Any, Any]:
               f"client.p12 + client.p12.password, denied.*)", flush=True)
     elif args.allow:
         raise UsageError("--allow needs --tls")
+    store = None
+    if args.schema_registry:
+        from pyspark_s2s.server.schemaregistry import SchemaStore
+
+        try:
+            store = SchemaStore(args.data_dir)
+        except (OSError, ValueError, KeyError) as exc:
+            raise CommandError(f"--schema-registry --data-dir {args.data_dir}: cannot read the registry's "
+                               f"schema-registry.json: {exc}") from None
     app = ServerApp(
         cluster,
+        schema_store=store,
         ssl_context=ctx,
         policy=policy,
         base_port=args.port,
@@ -386,6 +401,10 @@ def run(args: argparse.Namespace) -> int:
             print("s2s: HTTP Site-to-Site is off (--no-http-site-to-site)"
                   + ("" if args.raw_port is not None else "; no --raw-port either: Site-to-Site is off"), flush=True)
         print(page_line(nodes[0].url), flush=True)  # the queue page (server/page.py), before the ready lines
+        if app.schema_store is not None:
+            from pyspark_s2s.server.schemaregistry import registry_line
+
+            print(registry_line(nodes[0].url), flush=True)
         for node in nodes:
             print(listening_line(node.index, node.url), flush=True)
             raw_port = app.raw_port(node)

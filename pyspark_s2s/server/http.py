@@ -4,7 +4,8 @@ Owns: the stdlib HTTP server per node (:class:`NodeServer`: the request-head wat
 time-outs of a connection) and :class:`S2SHandler`, one connection's plumbing: reading the request
 head and body (Content-Length and chunked, in bounded pieces), handing a request to its part
 (``/s2s-admin`` to :mod:`~pyspark_s2s.server.admin`, ``/s2s-queues`` to the queue page
-:mod:`~pyspark_s2s.server.page`, ``/nifi-api`` to the Site-to-Site routes), answering what escapes
+:mod:`~pyspark_s2s.server.page`, ``/schema-registry`` to the schema registry
+:mod:`~pyspark_s2s.server.schemaregistry`, ``/nifi-api`` to the Site-to-Site routes), answering what escapes
 a handler (an error's NiFi status and response code, 500, a dropped or timed-out connection) and
 running an action after the answer. The handler is built in layers, each in its own module:
 answers and identity (:mod:`~pyspark_s2s.server.httpbase`), the data-transfer endpoints
@@ -33,7 +34,7 @@ from urllib.parse import parse_qs, urlsplit
 from pyspark_s2s.errors import ProtocolError, S2SError
 from pyspark_s2s.protocol.codes import ResponseCode, TransactionResult
 from pyspark_s2s.protocol.endpoints import API_SUFFIX
-from pyspark_s2s.server import admin, page
+from pyspark_s2s.server import admin, page, schemaregistry
 from pyspark_s2s.server.httpbase import NO_CACHE, HandlerApp
 from pyspark_s2s.server.httpio import ChunkedWriter, RequestBody
 from pyspark_s2s.server.httproutes import SiteToSiteRoutes
@@ -239,6 +240,8 @@ class S2SHandler(SiteToSiteRoutes):
                 admin.handle(self, method, path, query)
             elif path == page.PREFIX or path.startswith(page.PREFIX + "/"):
                 page.handle(self, method, path, query)
+            elif path == schemaregistry.PREFIX or path.startswith(schemaregistry.PREFIX + "/"):
+                schemaregistry.handle(self, method, path)
             elif path.startswith(API_SUFFIX + "/"):
                 self._site_to_site(method, path[len(API_SUFFIX):], query)
             else:

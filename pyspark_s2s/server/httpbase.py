@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pyspark_s2s.errors import S2SError
 from pyspark_s2s.protocol.codes import Header, TransactionResult
-from pyspark_s2s.server import admin, core
+from pyspark_s2s.server import admin, core, schemaregistry
 from pyspark_s2s.server.faults import Fault
 from pyspark_s2s.server.httpio import RequestBody
 from pyspark_s2s.server.model import Node
@@ -34,7 +34,7 @@ __all__ = ["NO_CACHE", "HandlerApp", "HandlerBase"]
 NO_CACHE = "private, no-cache, no-store, no-transform"
 
 
-class HandlerApp(admin.AdminApp, core.CoreApp, Protocol):
+class HandlerApp(admin.AdminApp, schemaregistry.RegistryApp, core.CoreApp, Protocol):
     """What the request handlers need of the running server (:class:`~pyspark_s2s.server.app.ServerApp`
     provides it; a Protocol, so that this module does not import the one that imports it)."""
 

@@ -89,6 +89,9 @@ class DefaultSource(DataSource):
 
         opts = self._options()
         self._check_read_schema(schema, opts)
+        from pyspark_s2s.spark.registry import check_registry
+
+        check_registry(opts)  # issue 43: a registry that cannot be reached fails the query here
         return NiFiBatchReader(opts, schema)
 
     def streamReader(self, schema: StructType) -> Any:
@@ -97,6 +100,9 @@ class DefaultSource(DataSource):
         opts = self._options()
         self._check_read_schema(schema, opts)
         try:
+            from pyspark_s2s.spark.registry import check_registry
+
+            check_registry(opts)  # issue 43: a registry that cannot be reached fails the query at start
             return NiFiStreamReader(opts, schema)
         except S2SError as exc:
             return _RefusedStreamReader(exc)

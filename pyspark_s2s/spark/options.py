@@ -25,6 +25,7 @@ from pyspark_s2s.client.config import (
 )
 from pyspark_s2s.client.config import (
     Option,
+    Secret,
     SiteToSiteClientConfig,
     parse_size,
     resolve_option_names,
@@ -37,6 +38,7 @@ from pyspark_s2s.client.docgen import options_markdown as client_options_markdow
 from pyspark_s2s.client.docgen import update_doc as client_update_doc
 from pyspark_s2s.errors import ConfigError
 from pyspark_s2s.records import RECORD_FORMATS
+from pyspark_s2s.records.registry import ACCESS_STRATEGIES, WRITE_STRATEGIES
 
 __all__ = [
     "COMMIT_MODES",
@@ -157,6 +159,25 @@ def _column_name(value: Any, option: str) -> str:
     if not text.strip():
         raise ConfigError(f"{option} must name a column", option=option)
     return text
+
+
+def _urls(value: Any, option: str) -> tuple[str, ...]:
+    """One or more registry URLs, comma separated (tried in turn)."""
+    urls = tuple(u.strip().rstrip("/") for u in _parse_str(value, option).split(",") if u.strip())
+    for url in urls:
+        if not url.startswith(("http://", "https://")) or "@" in url.split("/", 3)[2]:
+            raise ConfigError(f"{option} must be http:// or https:// URLs separated by commas, without credentials "
+                              f"(schemaRegistryUsername/schemaRegistryPassword); got {url.split('@')[-1]!r}",
+                              option=option)
+    if not urls:
+        raise ConfigError(f"{option} must name at least one registry URL", option=option)
+    return urls
+
+
+def _secret(value: Any, option: str) -> Secret:
+    if isinstance(value, Secret):
+        return value
+    return Secret(_parse_str(value, option))
 
 
 def _row(name: str, attr: str, parse: Any, default: Any, type_doc: str, doc: str, *aliases: str,
@@ -316,6 +337,51 @@ SPARK_ONLY_OPTIONS: tuple[Option, ...] = (
          "Sink, record mode. Attributes every record-set FlowFile carries, as a JSON object of names to string "
          "values, e.g. `{\"source\": \"spark\"}` (`mime.type`, `record.count` and the partition columns' "
          "attributes are set by the sink and win).", default_doc="none"),
+    _row("schemaAccessStrategy", "schema_access_strategy", _choice(ACCESS_STRATEGIES), None,
+         ", ".join(ACCESS_STRATEGIES),
+         "Source, record mode. Where a FlowFile's writer schema is (NiFi's reader \"Schema Access Strategy\"): "
+         "`embedded`, the Avro container's header (\"Use Embedded Avro Schema\"); `schemaText`, the `avro.schema` "
+         "attribute (\"Use 'Schema Text' Property\", default text `${avro.schema}`); `schemaName`, the schema "
+         "named by the `schema.name` attribute (`schema.version`, else the latest) fetched from "
+         "`schemaRegistryUrl` (\"Use 'Schema Name' Property\"); `confluentContentEncoded`, Confluent's 5-byte "
+         "header at the start of the content (byte 0, then the schema id, big-endian int32), bare Avro datums "
+         "after it, the id fetched from `schemaRegistryUrl` (\"Schema Reference Reader\" with NiFi's "
+         "ConfluentEncodedSchemaReferenceReader; a ConsumeKafka FlowFile of one message, or a record set NiFi's "
+         "writer wrote so); `inferred`, the query's schema only (\"Infer Schema\"). `schemaName` and "
+         "`confluentContentEncoded` read `recordFormat=avro`. Each writer schema is read as it is and its "
+         "fields projected into the query's schema by name. Hortonworks' strategies and AWS Glue's framing "
+         "are not read.",
+         default_doc="per FlowFile: `embedded` for a container, `schemaText` with an `avro.schema` attribute; with "
+                     "`schemaRegistryUrl`, `schemaName` with a `schema.name` attribute, `confluentContentEncoded` "
+                     "for a first byte 0"),
+    _row("schemaRegistryUrl", "schema_registry_url", _urls, None, "URLs",
+         "Source and sink, record mode. One or more base URLs (comma separated, tried in turn) of a schema "
+         "registry that speaks Confluent's Schema Registry REST API (Confluent, Karapace, Apicurio's ccompat "
+         "API, Redpanda; `s2s serve --schema-registry` serves one at `<node>/schema-registry`). `https://` "
+         "URLs use the trust store and key store options. Schemas are cached per process by id and by "
+         "subject and version (a subject's latest for an hour), so a Spark worker asks once per id.",
+         default_doc="none"),
+    _row("schemaRegistryUsername", "schema_registry_username", _parse_str, None, "string",
+         "Source and sink. User name of the schema registry's Basic authentication."),
+    _row("schemaRegistryPassword", "schema_registry_password", _secret, None, "secret",
+         "Source and sink. Password of the schema registry's Basic authentication (never logged or shown)."),
+    _row("schemaWriteStrategy", "schema_write_strategy", _choice(WRITE_STRATEGIES), None,
+         ", ".join(WRITE_STRATEGIES),
+         "Sink, record mode. Where the records' schema goes (NiFi's writer \"Schema Write Strategy\"): "
+         "`embedded`, the Avro container's header (\"Embed Avro Schema\", `recordFormat=avro` only); "
+         "`avroSchemaAttribute`, the `avro.schema` attribute (\"Set 'avro.schema' Attribute\"; with "
+         "`recordFormat=avro` the content is then bare datums, as NiFi's writer writes them); `schemaName`, "
+         "the schema registered under subject `schemaName` in `schemaRegistryUrl` and the attributes "
+         "`schema.name` and `schema.version` set (\"Set 'schema.name' Attribute\"; bare Avro datums); "
+         "`confluentContentEncoded`, the schema registered under subject `schemaName` and Confluent's 5-byte "
+         "header (byte 0, the schema id as a big-endian int32) at the start of every FlowFile, then bare Avro "
+         "datums (\"Schema Reference Writer\" with NiFi's ConfluentEncodedSchemaReferenceWriter). Registering "
+         "is idempotent: the same schema gets the same id; a registry's refusal fails the query naming the "
+         "subject and the registry's message.",
+         default_doc="`embedded` for avro, `avroSchemaAttribute` for json and csv (as `writeSchemaAttribute`)"),
+    _row("schemaName", "schema_name", _parse_str, None, "string",
+         "Sink, `schemaWriteStrategy` `schemaName` or `confluentContentEncoded`. The registry subject the "
+         "records' schema is registered under (for Kafka's convention, `<topic>-value`)."),
     _row("writeSchemaAttribute", "write_schema_attribute", _bool, None, "boolean",
          "Sink, record mode. Set the `avro.schema` attribute to the records' Avro schema, which NiFi's "
          "readers use with \"Schema Access Strategy\" = \"Use 'Schema Text' Property\" (its default text is "
@@ -341,7 +407,7 @@ _RECORD_ONLY = frozenset(("header", "records_per_flow_file", "bytes_per_flow_fil
                           "output_grouping", "json_decimals", "flow_file_attributes", "write_schema_attribute", "mode",
                           "column_name_of_corrupt_record", "include_attributes", "sep", "quote", "escape",
                           "max_inflate_ratio", "record_delivery", "schema_evolution_mode",
-                          "rescued_data_column"))
+                          "rescued_data_column", "schema_access_strategy", "schema_write_strategy", "schema_name"))
 _SPARK_BY_ATTR = {o.attr: o for o in SPARK_ONLY_OPTIONS}
 
 
@@ -383,6 +449,12 @@ class SparkOptions:
     json_decimals: str = "string"
     flow_file_attributes: tuple[tuple[str, str], ...] = ()
     write_schema_attribute: bool | None = None
+    schema_access_strategy: str | None = None
+    schema_registry_url: tuple[str, ...] | None = None
+    schema_registry_username: str | None = None
+    schema_registry_password: Secret | None = None
+    schema_write_strategy: str | None = None
+    schema_name: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> SparkOptions:
@@ -428,6 +500,7 @@ class SparkOptions:
             raise ConfigError("recordDelivery=files needs stagingLocation: each FlowFile's content is written "
                               "there as a file for Spark's own readers, e.g. .option('stagingLocation', "
                               "'/data/q1-staging')", option="stagingLocation")
+        _check_schema_strategies(parsed)
         return parsed
 
     def evolution_mode(self, inferred: bool) -> str:
@@ -462,6 +535,51 @@ class SparkOptions:
             if value != f.default:
                 parts.append(f"{f.name}={value!r}")
         return f"SparkOptions({', '.join(parts)})"
+
+
+def _check_schema_strategies(parsed: SparkOptions) -> None:
+    """The schema strategies' options against each other and the record format."""
+    fmt = parsed.record_format
+    registry = parsed.schema_registry_url is not None
+    if (parsed.schema_registry_username is None) != (parsed.schema_registry_password is None):
+        missing = "schemaRegistryPassword" if parsed.schema_registry_password is None else "schemaRegistryUsername"
+        raise ConfigError(f"schemaRegistryUsername and schemaRegistryPassword go together (the registry's Basic "
+                          f"authentication); {missing} is missing", option=missing)
+    if parsed.schema_registry_username is not None and not registry:
+        raise ConfigError("schemaRegistryUsername needs schemaRegistryUrl", option="schemaRegistryUsername")
+    access = parsed.schema_access_strategy
+    if access in ("schemaName", "confluentContentEncoded"):
+        if fmt != "avro":
+            raise ConfigError(f"schemaAccessStrategy={access} reads Avro record sets: set recordFormat=avro",
+                              option="schemaAccessStrategy")
+        if not registry:
+            raise ConfigError(f"schemaAccessStrategy={access} needs schemaRegistryUrl (the registry the schema "
+                              "is fetched from)", option="schemaRegistryUrl")
+    write = parsed.schema_write_strategy
+    if write is None:
+        if parsed.schema_name is not None:
+            raise ConfigError("schemaName applies with schemaWriteStrategy=schemaName or confluentContentEncoded",
+                              option="schemaName")
+        return
+    if write == "embedded" and fmt != "avro":
+        raise ConfigError(f"schemaWriteStrategy=embedded is Avro's container header: recordFormat={fmt} has none "
+                          "(use avroSchemaAttribute)", option="schemaWriteStrategy")
+    if write == "avroSchemaAttribute" and parsed.write_schema_attribute is False:
+        raise ConfigError("schemaWriteStrategy=avroSchemaAttribute sets the avro.schema attribute, and "
+                          "writeSchemaAttribute=false says not to", option="writeSchemaAttribute")
+    if write in ("schemaName", "confluentContentEncoded"):
+        if fmt != "avro":
+            raise ConfigError(f"schemaWriteStrategy={write} writes bare Avro datums: set recordFormat=avro",
+                              option="schemaWriteStrategy")
+        if not registry:
+            raise ConfigError(f"schemaWriteStrategy={write} needs schemaRegistryUrl (the registry the schema is "
+                              "registered in)", option="schemaRegistryUrl")
+        if not parsed.schema_name:
+            raise ConfigError(f"schemaWriteStrategy={write} needs schemaName (the subject the schema is "
+                              "registered under, e.g. 'orders-value')", option="schemaName")
+    elif parsed.schema_name is not None:
+        raise ConfigError("schemaName applies with schemaWriteStrategy=schemaName or confluentContentEncoded",
+                          option="schemaName")
 
 
 # -- docs ------------------------------------------------------------------------------------

@@ -166,6 +166,9 @@ class RecordRows:
         self._group_limit = _GROUP_LIMIT
         self._alone_left = 0
         self._small_fails = 0
+        # issue 43: schemas named in a registry (Confluent framing, schema.name); None: not used
+        from pyspark_s2s.spark.registry import resolver_for
+        self.resolver = resolver_for(opts)
 
     def output(self, batch: Any, *, peer: str, transaction_id: str, received_at_us: int,
                guard: Any = None, index: int = 0, careful: bool = False) -> Iterator[Any]:
@@ -197,6 +200,10 @@ class RecordRows:
     def _parts(self, batch: Any, peer: str, transaction_id: str) -> Iterator[Any]:
         """Each FlowFile's rows in order: small ones read together (``records.grouped``), the
         others, and a group that does not read as one, one by one."""
+        if self.resolver is not None and self.resolver.needed():  # issue 43: spark/registry.py
+            from pyspark_s2s.spark.registry import registry_parts
+            yield from registry_parts(self, batch, peer, transaction_id)
+            return
         import pyarrow as pa
 
         from pyspark_s2s.records.grouped import (
@@ -367,7 +374,13 @@ class RecordRows:
         sandbox.crash_hook(data)
         attrs = dict(attributes[i].as_py())
         ff_uuid = attrs.get("uuid")
-        parsed = read_record_set(data, self.fmt, self.target, self.settings, attributes=attrs, drift=self.watch.drift)
+        if self.resolver is None:
+            parsed = read_record_set(data, self.fmt, self.target, self.settings, attributes=attrs,
+                                     drift=self.watch.drift)
+        else:  # issue 43: the writer schema resolved first (spark/registry.py)
+            from pyspark_s2s.spark.registry import registry_read
+            parsed = registry_read(self.resolver, data, self.fmt, self.target, self.settings, attrs,
+                                   drift=self.watch.drift)
         try:
             if whole or self.mode != "FAILFAST":
                 # all or nothing: the whole FlowFile is parsed before any of its rows is kept

@@ -153,11 +153,16 @@ def record_write_spec(opts: SparkOptions, schema: StructType) -> RecordWriteSpec
     write_schema = opts.write_schema_attribute
     if write_schema is None:
         write_schema = fmt in ("json", "csv")
-    return RecordWriteSpec.build(
+    spec = RecordWriteSpec.build(
         fmt, arrow_schema, header=opts.header, output_grouping=opts.output_grouping, json_decimals=opts.json_decimals,
         records_per_flow_file=opts.records_per_flow_file, bytes_per_flow_file=opts.bytes_per_flow_file,
         partition_columns=tuple(opts.partition_columns or ()), attributes=opts.flow_file_attributes,
         write_schema_attribute=write_schema)
+    if opts.schema_write_strategy is None:
+        return spec
+    from pyspark_s2s.spark.registry import write_strategy  # issue 43: schema registries
+
+    return write_strategy(opts, spec)
 
 
 # -- the attribute routing's ring, kept in the checkpoint -----------------------------------------

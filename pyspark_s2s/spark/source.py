@@ -97,6 +97,10 @@ def read_partition(opts: SparkOptions, schema: Any, part: NiFiPartition,
     ``schema`` is the output's Arrow schema (one row per FlowFile), or the row maker
     (:func:`~pyspark_s2s.spark.rows.make_rows`) that also covers record mode."""
     rows: Rows = schema if isinstance(schema, (FlowFileRows, RecordRows, FileRows)) else FlowFileRows(schema)
+    if staging is not None and isinstance(rows, RecordRows) and rows.resolver is not None:  # issue 43
+        from pyspark_s2s.spark.registry import keep_schemas_in
+
+        keep_schemas_in(rows.resolver, staging)
     where = f"nifi-s2s partition {part.index} of {part.scope} (peer {part.peer}, port {opts.client.port})"
     try:
         if staging is not None:
@@ -167,6 +171,10 @@ def infer_record_schema(opts: SparkOptions) -> StructType:
         raise ConfigError(f"recordFormat={fmt} carries no schema: give the reader one with .schema(...)",
                           option="schema")
     textual = fmt in ("json", "csv")
+    from pyspark_s2s.spark.registry import check_registry, resolver_for
+
+    check_registry(opts)
+    resolver = resolver_for(opts)
     client = SiteToSiteClient(opts.client.replace(batch_count=1))
     port = opts.client.port
     try:
@@ -188,7 +196,10 @@ def infer_record_schema(opts: SparkOptions) -> StructType:
                          f"(peer {peer.hostname}:{peer.port}, transaction {tx.transaction_id})")
                 tx.cancel("schema inference only looks at the first FlowFile")
             try:
-                arrow = infer_arrow_schema(batch.column(0)[0].as_buffer(), fmt, attributes)
+                content = batch.column(0)[0].as_buffer()
+                if resolver is not None:  # issue 43: a schema named in a registry (spark/registry.py)
+                    content, attributes = resolver.resolve(content, attributes)
+                arrow = infer_arrow_schema(content, fmt, attributes)
             except MalformedRecordSet as exc:
                 raise ConfigError(f"cannot infer the {fmt} schema of port {port} from {where}: {exc.message}; "
                                   "give the reader a schema with .schema(...)", option="schema") from None
