@@ -316,3 +316,23 @@ def test_a_driver_killed_in_the_evolving_micro_batch_restarts_and_reads_every_id
             v2 = ident >= 40
             assert rest.get("extra") == (ident + 0.5 if v2 else None)
             assert rest["inner"]["x"] == ident and rest["inner"].get("z") == (f"z{ident}" if v2 else None)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"recordFormat": "json", "schemaEvolutionMode": "merge"},
+     "schemaEvolutionMode must be one of addNewColumns, rescue, failOnNewColumns, none"),
+    ({"recordFormat": "json", "recordDelivery": "files", "stagingLocation": "/tmp/s", "rescuedDataColumn": "r"},
+     "rescuedDataColumn applies to recordDelivery=rows"),
+    ({"schemaEvolutionMode": "rescue"}, "schemaEvolutionMode applies only in record mode"),
+])
+def test_drift_options_are_checked_when_parsed(options: dict[str, str], message: str) -> None:
+    from pyspark_s2s.errors import ConfigError
+    from pyspark_s2s.spark.options import SparkOptions
+
+    with pytest.raises(ConfigError, match=message):
+        SparkOptions.parse({"url": "http://127.0.0.1:1/nifi", "portName": "out", **options})
+    parsed = SparkOptions.parse({"url": "http://127.0.0.1:1/nifi", "portName": "out", "recordFormat": "json",
+                                 "schemaevolutionmode": "RESCUE"})
+    assert parsed.evolution_mode(inferred=False) == "rescue" and parsed.rescued_column(False) == "_rescued_data"
+    assert SparkOptions.parse({"url": "http://127.0.0.1:1/nifi", "portName": "out", "recordFormat": "avro"}) \
+        .evolution_mode(inferred=True) == "addNewColumns"
