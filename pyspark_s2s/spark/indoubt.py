@@ -3,8 +3,9 @@
 Owns: ``<stagingLocation>/in-doubt/<scope>-p<partition>-r<round>.json`` (one file per in-doubt
 round: when it was kept and the uuids it staged) and the filter that later rounds apply.
 
-A round resolved :attr:`~pyspark_s2s.spark.staging.Resolution.AMBIGUOUS_KEPT` is handed to Spark
-although NiFi may have rolled its transaction back; NiFi then serves the same FlowFiles again,
+A round resolved :attr:`~pyspark_s2s.spark.staging.Resolution.AMBIGUOUS_KEPT` or
+:attr:`~pyspark_s2s.spark.staging.Resolution.CONFIRM_HAD_SUCCEEDED` is handed to Spark although
+NiFi may have rolled its transaction back (expired, or forgotten by a node that restarted); NiFi then serves the same FlowFiles again,
 with the same ``uuid`` attribute. :func:`remember` writes the round's uuids durably before its
 rows are released; :class:`InDoubtFilter` drops them from the rounds a partition pulls later (the
 transaction is still confirmed, so NiFi lets them go). A record is honoured for

@@ -37,13 +37,16 @@ once"):
 5. Settling a ``pending`` round (in a retried task, or in an attempt that finds another attempt
    staged the round first): the confirm is sent again with the staged checksum. Accepted →
    ``confirmed on retry``. "Not found" less than half the TTL after staging → the first confirm
-   went through (``confirm had succeeded``). "Not found" later → committed, or expired and
+   went through (``confirm had succeeded``), unless the node restarted meanwhile (a restart
+   forgets open transactions and NiFi serves their FlowFiles again): the round is kept and its
+   uuids remembered as in doubt (rule 6), as for every round kept without NiFi's word. "Not
+   found" later → committed, or expired and
    rolled back, NiFi cannot tell: the rows are kept, a possible duplicate rather than a possible
    loss (``ambiguous: kept``). Its node unreachable but still in the cluster's peer list → it
    stays ``pending``, the task fails, a later retry settles it. Its node gone from the list → its
    open transactions are gone with it: ``ambiguous: kept``. A checksum mismatch → NiFi rolled
    back: dropped and pulled again.
-6. An ``ambiguous: kept`` round's uuids are remembered (spark/indoubt.py; not when
+6. An ``ambiguous: kept`` or ``confirm had succeeded`` round's uuids are remembered (spark/indoubt.py; not when
    ``inDoubtRetention`` is 0) before its manifest says ``confirmed``, so before any of its rows
    is released. Its replay leaves out what other partitions of its batch read again meanwhile,
    and every later round drops the FlowFiles NiFi serves again with those uuids (it still
@@ -214,7 +217,8 @@ ROUND_STEPS: Mapping[tuple[RoundPhase, RoundEvent], Step] = {
     (_P.PENDING, _E.RETRY_CONFIRM_OK): Step(
         _P.CONFIRMED, "write the confirmed manifest", Resolution.CONFIRMED_ON_RETRY),
     (_P.PENDING, _E.NOT_FOUND_EARLY): Step(
-        _P.CONFIRMED, "the first confirm went through: write the confirmed manifest", Resolution.CONFIRM_HAD_SUCCEEDED),
+        _P.CONFIRMED, "the first confirm went through, or the node restarted since: remember the uuids as in doubt; "
+        "write the confirmed manifest", Resolution.CONFIRM_HAD_SUCCEEDED),
     (_P.PENDING, _E.NOT_FOUND_LATE): Step(
         _P.CONFIRMED, "WARN; remember the uuids as in doubt; write the confirmed manifest", Resolution.AMBIGUOUS_KEPT),
     (_P.PENDING, _E.NODE_UNREACHABLE): Step(_P.PENDING, "the task fails; a later retry settles the round"),
@@ -229,6 +233,11 @@ ROUND_STEPS: Mapping[tuple[RoundPhase, RoundEvent], Step] = {
         "record mode: parses noted by the crash guard)"),
     (_P.CONFIRMED, _E.BATCH_COMMITTED): Step(_P.FORGOTTEN, "the driver deletes the batch's staged data"),
 }
+
+
+#: the resolutions of rounds kept without NiFi's word that it committed them: their uuids are
+#: remembered (spark/indoubt.py) and the FlowFiles NiFi serves again with them are dropped
+IN_DOUBT = frozenset((Resolution.AMBIGUOUS_KEPT, Resolution.CONFIRM_HAD_SUCCEEDED))
 
 
 def step(phase: RoundPhase, event: RoundEvent) -> Step:
@@ -265,7 +274,7 @@ def _store(staging: StagingArea, m: RoundManifest, s: Step, retention: float) ->
         staging.delete_round(m)
         return None
     if s.to is RoundPhase.CONFIRMED:
-        if s.resolution is Resolution.AMBIGUOUS_KEPT and retention > 0:
+        if s.resolution in IN_DOUBT and retention > 0:
             remember(staging, m)  # before the rows are released: a restart keeps dropping them
         m = m.confirmed(s.resolution)
     staging.write_manifest(m)
@@ -491,7 +500,8 @@ def settle(opts: SparkOptions, staging: StagingArea, m: RoundManifest) -> RoundM
         assert m.staged_at is not None  # a pending manifest has it (RoundManifest checks)
         elapsed = time.time() - m.staged_at
         if elapsed < m.ttl / 2 - 1:
-            # the server cannot have expired it yet: the earlier confirm went through
+            # the server cannot have expired it yet: the earlier confirm went through, or the node
+            # restarted (forgetting its open transactions: their FlowFiles are served again)
             event = RoundEvent.NOT_FOUND_EARLY
         else:
             # committed earlier, or expired and rolled back: NiFi cannot tell us which. Keep the
@@ -543,7 +553,7 @@ def replay(staging: StagingArea, m: RoundManifest, rows: Rows) -> Iterator[Any]:
     if not m.flow_files or m.data is None:
         return
     # an in-doubt round leaves out what other partitions of its batch read again before it was settled
-    elsewhere = read_elsewhere(staging, m) if m.resolution is Resolution.AMBIGUOUS_KEPT else None
+    elsewhere = read_elsewhere(staging, m) if m.resolution in IN_DOUBT else None
     # record mode: each group of staged batches is noted before its parse, so a worker that dies
     # parsing it does not die again on the same FlowFile in the retried task (spark/crashguard.py)
     # (a note outlives only the process dying: any exception, or Spark closing the rows early, clears it)

@@ -86,6 +86,29 @@ def test_an_in_doubt_round_is_remembered_and_what_nifi_serves_again_is_dropped(s
     assert _records(tmp_path) == []
 
 
+def test_a_node_that_restarted_within_half_the_ttl_serves_the_round_again_and_it_is_dropped(
+        srv: ServerProcess, tmp_path: Path) -> None:
+    """The confirm's answer was lost and the node restarted at once: it forgot the transaction and
+    queues its FlowFiles again, and the retry, well within half the TTL, hears "not found". The
+    round is kept ("confirm had succeeded": what NiFi most likely did) and remembered as in doubt,
+    so the FlowFiles served again are dropped, not read twice (the pipeline soak found them twice)."""
+    staging = StagingArea(str(tmp_path))
+    scope = batch_scope(4)
+    _fill(srv, 10)
+    handle = _stage_pending(srv, staging, scope)
+    SiteToSiteClient(url=srv.url, portName="out").cancel(handle)  # what a restart does to it
+    assert srv.admin.queued("out") == 10
+    _fill(srv, 2, prefix="new")
+    kept = _read(srv, staging, NiFiPartition(scope, 0, _peer(srv)))
+    assert _uuids(kept) == sorted(f"id-{i}" for i in range(10))
+    settled = staging.manifest(scope, 0)
+    assert settled is not None and settled.resolution is Resolution.CONFIRM_HAD_SUCCEEDED
+    [record] = _records(tmp_path)
+    assert sorted(json.loads(record.read_text())["uuids"]) == sorted(f"id-{i}" for i in range(10))
+    later = _read(srv, staging, NiFiPartition(batch_scope(5), 0, _peer(srv)))
+    assert _uuids(later) == ["new-0", "new-1"] and srv.admin.queued("out") == 0
+
+
 def test_what_another_partition_of_the_batch_read_again_is_left_out_of_the_kept_round(
     srv: ServerProcess, tmp_path: Path
 ) -> None:
