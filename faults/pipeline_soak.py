@@ -480,7 +480,10 @@ class _Soak:
         self.errors: list[str] = []
         self.faults: list[FaultRecord] = []
         self.current_fault = ""
-        self.samples: list[dict[str, Any]] = []
+        #: the samples are not kept in memory (they would grow the collector's RSS by ~8 KB each):
+        #: the verdict reads them back from the CSV; latency goes into the two judged windows
+        self.windows = {w: {q: Histogram() for q in QUERIES} for w in ("early", "late")}
+        self.sampled = 0
         self.committed = {"flowfile": 0, "records": 0}  # ids committed by the producer
         self.collected = {"flowfile": 0, "records": 0}  # ids collected (copies included)
         self.schemas: set[str] = set()
@@ -777,7 +780,12 @@ class _Soak:
                 continue
             last = s
             s["phase"] = "load" if not self.stop_load.is_set() else "drain"
-            self.samples.append(s)
+            self.sampled += 1
+            for q in QUERIES:
+                if 120 <= s["t"] <= 420:
+                    self.windows["early"][q].merge(s[f"_hist_{q}"])
+                if s["t"] > self.cfg.seconds - 300:
+                    self.windows["late"][q].merge(s[f"_hist_{q}"])
             row = {k: v for k, v in s.items() if not k.startswith("_")}
             if writer is None:
                 writer = csv.DictWriter(out, fieldnames=list(row))
@@ -892,21 +900,12 @@ class _Soak:
                 v.append(f"{q}: {t['unexpected']} arrivals of ids that were never sent")
         if len(self.schemas) != 1:
             v.append(f"records: {len(self.schemas)} distinct avro.schema attributes (expected 1)")
-        load = [s for s in self.samples if s["phase"] == "load"]
-        resources, dips, latency = judge(load, cfg.seconds, cfg.week_bound)
-        for r in resources:
-            if not r["ok"]:
-                v.append(f"{r['resource']} grows: {r['slope_per_h']:+.3g}/h, {r['week']:+.3g} over a week "
-                         f"(bound {r['bound']:.3g})")
-        for name, windows in dips.items():
-            bad = [i for i, low in enumerate(windows) if low > _STAGING_NEAR_ZERO]
-            if bad:
-                v.append(f"{name}: staged bytes did not come back near zero ({_STAGING_NEAR_ZERO / MiB:.0f} MiB) in "
-                         f"{len(bad)} of {len(windows)} 2-minute windows of the second half")
-        for q, lat in latency.items():
-            if lat.get("ratio", 0.0) > 1.5:
-                v.append(f"{q}: latency p99 of the last 5 minutes {lat['last5_p99_ms']:.0f} ms is "
-                         f"{lat['ratio']:.2f}x that of minutes 2-7 ({lat['min2to7_p99_ms']:.0f} ms; bound 1.5x)")
+        load = [s for s in read_samples(self.out / "samples.csv") if s["phase"] == "load"]
+        # the judged windows as two samples: minutes 2-7 and the last 5 (the drain's arrivals included)
+        windows = [{"t": 120.0, **{f"_hist_{q}": self.windows["early"][q] for q in QUERIES}},
+                   {"t": cfg.seconds + 1, **{f"_hist_{q}": self.windows["late"][q] for q in QUERIES}}]
+        resources, dips, latency = judge(load, cfg.seconds, cfg.week_bound, latency_samples=windows)
+        v += judged_violations(resources, dips, latency)
         span = max(1e-6, (load[-1]["t"] if load else cfg.seconds))
         return SoakOutcome(
             seed=cfg.seed, minutes=cfg.minutes, out_dir=str(self.out), books=books, faults=self.faults,
@@ -963,10 +962,13 @@ RESOURCES = tuple(
     + ["data_dir_bytes", "queued_node0", "queued_node1"])
 
 
-def judge(samples: list[dict[str, Any]], seconds: float,
-          week_bound: float = 0.10) -> tuple[list[dict[str, Any]], dict[str, list[float]], dict[str, dict[str, float]]]:
-    """Flatness per resource over the second half of the load, the staged bytes' lowest point per
-    2-minute window of the second half, and the latency p99 of minutes 2-7 against the last 5."""
+def judge(samples: list[dict[str, Any]], seconds: float, week_bound: float = 0.10,
+          latency_samples: list[dict[str, Any]] | None = None,
+          ) -> tuple[list[dict[str, Any]], dict[str, list[float]], dict[str, dict[str, float]]]:
+    """Flatness per resource over the second half of the load (``samples``), the staged bytes'
+    lowest point per 2-minute window of the second half, and the latency p99 of minutes 2-7
+    against the last 5 (from ``latency_samples``, default ``samples``: the drain's samples count
+    for the last 5 minutes, as what arrives then was sent in them)."""
     half = seconds / 2
     second = [s for s in samples if s["t"] >= half]
     resources = []
@@ -999,7 +1001,7 @@ def judge(samples: list[dict[str, Any]], seconds: float,
     latency: dict[str, dict[str, float]] = {}
     for q in QUERIES:
         early, late = Histogram(), Histogram()
-        for s in samples:
+        for s in samples if latency_samples is None else latency_samples:
             h = s.get(f"_hist_{q}")
             if h is None:
                 continue
@@ -1013,6 +1015,67 @@ def judge(samples: list[dict[str, Any]], seconds: float,
             lat["ratio"] = lat["last5_p99_ms"] / lat["min2to7_p99_ms"]
         latency[q] = lat
     return resources, dips, latency
+
+
+def judged_violations(resources: list[dict[str, Any]], dips: dict[str, list[float]],
+                      latency: dict[str, dict[str, float]]) -> list[str]:
+    """What :func:`judge` found, as the verdict's lines."""
+    v = []
+    for r in resources:
+        if not r["ok"]:
+            v.append(f"{r['resource']} grows: {r['slope_per_h']:+.3g}/h, {r['week']:+.3g} over a week "
+                     f"(bound {r['bound']:.3g})")
+    for name, windows in dips.items():
+        bad = [i for i, low in enumerate(windows) if low > _STAGING_NEAR_ZERO]
+        if bad:
+            v.append(f"{name}: staged bytes did not come back near zero ({_STAGING_NEAR_ZERO / MiB:.0f} MiB) in "
+                     f"{len(bad)} of {len(windows)} 2-minute windows of the second half")
+    for q, lat in latency.items():
+        if lat.get("ratio", 0.0) > 1.5:
+            v.append(f"{q}: latency p99 of the last 5 minutes {lat['last5_p99_ms']:.0f} ms is "
+                     f"{lat['ratio']:.2f}x that of minutes 2-7 ({lat['min2to7_p99_ms']:.0f} ms; bound 1.5x)")
+    return v
+
+
+def rejudge(out_dir: str | os.PathLike[str], week_bound: float = 0.10) -> SoakOutcome:
+    """The verdict of a finished run again, from what it left in ``out_dir`` (samples.csv,
+    latency.jsonl, outcome.json): for a changed bound, or a run of an earlier version."""
+    out = Path(out_dir)
+    done = json.loads((out / "outcome.json").read_text())
+    seconds = float(done["minutes"]) * 60.0
+    load = [s for s in read_samples(out / "samples.csv") if s["phase"] == "load"]
+    hists = []
+    for line in (out / "latency.jsonl").read_text().splitlines():
+        d = json.loads(line)
+        sample: dict[str, Any] = {"t": d["t"]}
+        for q in QUERIES:
+            h = Histogram()
+            for i, c in d[q].items():
+                h.counts[int(i)] = c
+            sample[f"_hist_{q}"] = h
+        hists.append(sample)
+    resources, dips, latency = judge(load, seconds, week_bound, latency_samples=hists)
+    kept = [x for x in done["violations"] if " grows: " not in x and "latency p99" not in x
+            and "staged bytes" not in x]
+    done.update(resources=resources, staging_dips=dips, latency=latency,
+                violations=kept + judged_violations(resources, dips, latency),
+                faults=[FaultRecord(**f) for f in done["faults"]])
+    return SoakOutcome(**done)
+
+
+def read_samples(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The rows of a samples CSV, numbers as floats (``nan`` where a value was not available)."""
+    out = []
+    with open(path, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            s: dict[str, Any] = {}
+            for k, v in row.items():
+                try:
+                    s[k] = float(v) if v != "" else math.nan
+                except ValueError:
+                    s[k] = v
+            out.append(s)
+    return out
 
 
 def _uptime() -> str:
@@ -1079,8 +1142,9 @@ def plot(csv_path: str | os.PathLike[str], png_path: str | os.PathLike[str], *, 
         ax.legend(fontsize=7, loc="upper left")
         ax.grid(alpha=0.3)
     for ax in axes[2]:
-        ax.set_xlabel("minutes; faults: S server kill, N node down, W workers, D driver, C cut, F full, L late answer")
-    fig.suptitle(title)
+        ax.set_xlabel("minutes")
+    fig.suptitle(f"{title}\nfaults: S server SIGKILL, N node down, W workers SIGKILL, D driver SIGKILL, "
+                 "C connection cut, F destination full, L late commit answer")
     fig.tight_layout()
     fig.savefig(png_path, dpi=80)
     plt.close(fig)
@@ -1142,11 +1206,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset of: " + ", ".join(FAULTS))
     p.add_argument("--replicas", type=int, default=1)
     p.add_argument("--plot", metavar="CSV", help="only draw CSV's plot next to it and exit")
+    p.add_argument("--judge", metavar="DIR", help="only judge a finished run's DIR again and print the verdict")
+    p.add_argument("--week-bound", type=float, default=0.10,
+                   help="a resource is flat when its slope projected over a week is at most this share of its "
+                        "median (default 0.10)")
     p.add_argument("--driver", metavar="CONFIG", help=argparse.SUPPRESS)
     p.add_argument("-q", "--quiet", action="store_true")
     args = p.parse_args(argv)
     if args.driver:
         return driver_main(args.driver)
+    if args.judge:
+        again = rejudge(args.judge, args.week_bound)
+        print(summary(again))
+        return 0 if again.ok else 1
     if args.plot:
         beside = Path(args.plot).with_name("outcome.json")
         done = json.loads(beside.read_text()) if beside.exists() else {}
@@ -1160,7 +1232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     cfg = SoakConfig(minutes=args.minutes, seed=seed, out_dir=args.out or f"pipeline-soak-{seed}",
                      ff_rate=args.ff_rate, record_rate=args.record_rate, records_per_flowfile=args.records_per_flowfile,
-                     fault_every=args.fault_every, faults=faults, replicas=args.replicas,
+                     fault_every=args.fault_every, faults=faults, replicas=args.replicas, week_bound=args.week_bound,
                      progress=(lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr,
                                                                                            flush=True)))
     print(f"faults.pipeline_soak: seed {seed}, {args.minutes:g} min, {args.ff_rate:g} FlowFiles/s + "
