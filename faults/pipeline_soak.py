@@ -904,7 +904,8 @@ class _Soak:
         # the judged windows as two samples: minutes 2-7 and the last 5 (the drain's arrivals included)
         windows = [{"t": 120.0, **{f"_hist_{q}": self.windows["early"][q] for q in QUERIES}},
                    {"t": cfg.seconds + 1, **{f"_hist_{q}": self.windows["late"][q] for q in QUERIES}}]
-        resources, dips, latency = judge(load, cfg.seconds, cfg.week_bound, latency_samples=windows)
+        resources, dips, latency = judge(load, cfg.seconds, cfg.week_bound, latency_samples=windows,
+                                         restarts=restarts_of(self.faults))
         v += judged_violations(resources, dips, latency)
         span = max(1e-6, (load[-1]["t"] if load else cfg.seconds))
         return SoakOutcome(
@@ -962,22 +963,69 @@ RESOURCES = tuple(
     + ["data_dir_bytes", "queued_node0", "queued_node1"])
 
 
+#: after a process is (re)started by a fault, its samples count only from this many seconds on
+_SETTLE = 60.0
+#: a process is judged over the longest stretch of the second half in which no fault restarted
+#: it; a stretch shorter than this cannot be judged (the process was restarted too often)
+_MIN_STRETCH = 300.0
+
+
+def restarts_of(faults: Iterable[FaultRecord]) -> dict[str, list[float]]:
+    """When each process the faults restart began anew: the server after ``server_kill``, a
+    query's JVM and Python processes after ``driver_kill``, its Python workers after ``workers_kill``."""
+    out: dict[str, list[float]] = {"server": []}
+    for q in QUERIES:
+        out[f"jvm_{q}"], out[f"workers_{q}"] = [], []
+    for f in faults:
+        end = f.t + f.seconds
+        query = next((q for q in QUERIES if f"the {q} " in f.detail or f"of the {q} query" in f.detail), None)
+        if f.fault == "server_kill":
+            out["server"].append(end)
+        elif f.fault == "driver_kill" and query is not None:
+            out[f"jvm_{query}"].append(end)
+            out[f"workers_{query}"].append(end)
+        elif f.fault == "workers_kill" and query is not None and f.fired:
+            out[f"workers_{query}"].append(end)
+    return out
+
+
+def _stretch(restarts: list[float], begin: float, end: float) -> tuple[float, float]:
+    """The longest part of ``begin .. end`` no restart falls in, each restart given time to settle."""
+    best = (begin, begin)
+    start = begin
+    for r in sorted(restarts) + [math.inf]:
+        stop = min(r, end)
+        if stop > start and stop - start > best[1] - best[0]:
+            best = (start, stop)
+        start = max(start, r + _SETTLE)
+        if start >= end:
+            break
+    return best
+
+
 def judge(samples: list[dict[str, Any]], seconds: float, week_bound: float = 0.10,
-          latency_samples: list[dict[str, Any]] | None = None,
+          latency_samples: list[dict[str, Any]] | None = None, restarts: dict[str, list[float]] | None = None,
           ) -> tuple[list[dict[str, Any]], dict[str, list[float]], dict[str, dict[str, float]]]:
     """Flatness per resource over the second half of the load (``samples``), the staged bytes'
     lowest point per 2-minute window of the second half, and the latency p99 of minutes 2-7
     against the last 5 (from ``latency_samples``, default ``samples``: the drain's samples count
-    for the last 5 minutes, as what arrives then was sent in them)."""
+    for the last 5 minutes, as what arrives then was sent in them).
+
+    A process's resources are judged over the longest stretch of the second half in which no
+    fault restarted it (``restarts``, see :func:`restarts_of`): a process started again grows
+    back to its working size, which is not a leak."""
     half = seconds / 2
     second = [s for s in samples if s["t"] >= half]
     resources = []
     for name in RESOURCES:
+        process = next((k for k in (restarts or {}) if name.startswith(k + "_")), None)
+        lo, hi = _stretch((restarts or {}).get(process, []) if process else [], half, seconds + 1)
         pts = [(s["t"] / 3600.0, float(s[name])) for s in second
-               if name in s and s[name] != "" and not math.isnan(float(s[name]))]
+               if lo <= s["t"] <= hi and name in s and s[name] != "" and not math.isnan(float(s[name]))]
         allpts = [float(s[name]) for s in samples if name in s and s[name] != "" and not math.isnan(float(s[name]))]
         if not pts:
             continue
+        judged = hi - lo >= min(_MIN_STRETCH, seconds / 4)
         slope = _slope(pts)
         med = _median([p[1] for p in pts])
         scale = MiB if name.endswith("_bytes") else 1.0
@@ -986,14 +1034,15 @@ def judge(samples: list[dict[str, Any]], seconds: float, week_bound: float = 0.1
         resources.append({"resource": name, "start": allpts[0] / scale, "end": allpts[-1] / scale,
                           "median_2nd_half": med / scale, "slope_per_h": slope / scale, "week": week / scale,
                           "bound": bound / scale, "unit": "MiB" if name.endswith(("_bytes", "_mib")) else "",
-                          "ok": week <= bound})
+                          "from_min": round(lo / 60, 1), "to_min": round(min(hi, seconds) / 60, 1),
+                          "judged": judged, "ok": week <= bound or not judged})
     dips: dict[str, list[float]] = {}
     for q in QUERIES:
         name = f"staging_{q}_bytes"
         windows = []
         t = half
         while t + 120 <= seconds + 1e-6:
-            vals = [float(s[name]) for s in second if t <= s["t"] < t + 120]
+            vals = [float(s[name]) for s in second if t <= s["t"] < t + 120 and name in s]
             if vals:
                 windows.append(min(vals))
             t += 120
@@ -1054,12 +1103,12 @@ def rejudge(out_dir: str | os.PathLike[str], week_bound: float = 0.10) -> SoakOu
                 h.counts[int(i)] = c
             sample[f"_hist_{q}"] = h
         hists.append(sample)
-    resources, dips, latency = judge(load, seconds, week_bound, latency_samples=hists)
+    faults = [FaultRecord(**f) for f in done["faults"]]
+    resources, dips, latency = judge(load, seconds, week_bound, latency_samples=hists, restarts=restarts_of(faults))
     kept = [x for x in done["violations"] if " grows: " not in x and "latency p99" not in x
             and "staged bytes" not in x]
     done.update(resources=resources, staging_dips=dips, latency=latency,
-                violations=kept + judged_violations(resources, dips, latency),
-                faults=[FaultRecord(**f) for f in done["faults"]])
+                violations=kept + judged_violations(resources, dips, latency), faults=faults)
     return SoakOutcome(**done)
 
 
@@ -1175,11 +1224,13 @@ def summary(o: SoakOutcome) -> str:
         lines.append(f"  latency {q}: min 2-7 p50 {lat['min2to7_p50_ms']:.0f} p99 {lat['min2to7_p99_ms']:.0f} ms; "
                      f"last 5 min p50 {lat['last5_p50_ms']:.0f} p99 {lat['last5_p99_ms']:.0f} ms"
                      + (f"; ratio {lat['ratio']:.2f}" if "ratio" in lat else ""))
-    lines.append(f"  {'resource':<28} {'start':>9} {'end':>9} {'median':>9} {'slope/h':>9} {'week':>9} {'bound':>9}")
+    lines.append(f"  {'resource':<28} {'start':>9} {'end':>9} {'median':>9} {'slope/h':>9} {'week':>9} {'bound':>9}"
+                 "      judged over (min)")
     for r in o.resources:
+        verdict = "GROWS" if not r["ok"] else "ok" if r.get("judged", True) else "not judged (restarted too often)"
         lines.append(f"  {r['resource']:<28} {r['start']:9.1f} {r['end']:9.1f} {r['median_2nd_half']:9.1f} "
                      f"{r['slope_per_h']:+9.2f} {r['week']:+9.1f} {r['bound']:9.1f} {r['unit']:<3} "
-                     f"{'ok' if r['ok'] else 'GROWS'}")
+                     f"{r.get('from_min', 0):5.1f}-{r.get('to_min', 0):<5.1f} {verdict}")
     for name, windows in o.staging_dips.items():
         lines.append(f"  {name}: lowest per 2-minute window of the second half (MiB): "
                      + ", ".join(f"{w / MiB:.1f}" for w in windows))

@@ -16,7 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from faults.pipeline_soak import MiB, Book, Histogram, SoakConfig, judge, run
+from faults.pipeline_soak import (
+    Book,
+    FaultRecord,
+    Histogram,
+    MiB,
+    SoakConfig,
+    judge,
+    restarts_of,
+    run,
+)
 
 
 def _seed() -> int:
@@ -72,7 +81,7 @@ def test_two_queries_under_kills_for_a_minute_and_a_half(tmp_path: Path) -> None
 def test_the_book_counts_lost_keys_and_in_doubt_units() -> None:
     book = Book(lambda rid: rid // 10)
     book.committed(30)
-    book.record(range(0, 29), key=7)  # id 29 lost
+    book.record(range(29), key=7)  # id 29 lost
     book.record([3], key=7)  # a copy under the same key: de-duplication drops it
     book.record([4], key=9)  # a second key: only an in-doubt send explains it
     book.record([12], key=9)
@@ -102,3 +111,21 @@ def test_the_verdict_finds_growth_and_latency_drift() -> None:
     assert len(dips["staging_flowfile_bytes"]) == 7 and max(dips["staging_flowfile_bytes"]) == 0.0
     assert min(dips["staging_records_bytes"]) == 64.0 * MiB
     assert latency["flowfile"]["ratio"] > 3.5
+
+
+def test_a_process_is_judged_between_the_restarts_faults_made() -> None:
+    faults = [FaultRecord(1000.0, "driver_kill", "the flowfile driver's process group SIGKILLed, started again", 1, 3.0),
+              FaultRecord(1300.0, "workers_kill", "4 Python workers of the records query SIGKILLed", 4, 0.0),
+              FaultRecord(1500.0, "server_kill", "server SIGKILLed, restarted on its data dir after 2 s", 1, 2.0),
+              FaultRecord(1600.0, "workers_kill", "0 Python workers of the records query SIGKILLed", 0, 0.0)]
+    restarts = restarts_of(faults)
+    assert restarts["jvm_flowfile"] == restarts["workers_flowfile"] == [1003.0]
+    assert restarts["workers_records"] == [1300.0] and restarts["jvm_records"] == []
+    assert restarts["server"] == [1502.0]
+    # a JVM that grows back after its restart (warm-up) is judged after it: flat there
+    samples = [{"t": t, "jvm_flowfile_rss_mib": min(400.0, 300.0 + 2 * max(0, t - 1003)),
+                "server_rss_mib": 80.0} for t in range(900, 1801, 10)]
+    by = {r["resource"]: r for r in judge(samples, 1800.0, restarts=restarts)[0]}
+    assert by["jvm_flowfile_rss_mib"]["ok"] and by["jvm_flowfile_rss_mib"]["from_min"] == round(1063 / 60, 1)
+    assert by["server_rss_mib"]["judged"] and (by["server_rss_mib"]["from_min"], by["server_rss_mib"]["to_min"]) \
+        == (15.0, 25.0)
