@@ -742,6 +742,9 @@ class _Soak:
             s[f"workers_{q}_rss_max_mib"] = round(max((w[0] for w in ws), default=0.0), 1)
             s[f"workers_{q}_fds"] = sum(w[1] for w in ws)
             s[f"workers_{q}_threads"] = sum(w[2] for w in ws)
+            # the streaming source's runner lives as long as the query (task workers come and go)
+            runners = [_proc(p)[0] for p in workers if "python_streaming_source_runner" in _cmdline(p)]
+            s[f"runner_{q}_rss_mib"] = round(max(runners), 1) if runners else math.nan
             s[f"staging_{q}_bytes"] = dir_bytes(d.staging, skip="in-doubt")
             s[f"indoubt_{q}_bytes"] = dir_bytes(d.staging / "in-doubt")
             s[f"checkpoint_{q}_bytes"] = dir_bytes(d.checkpoint)
@@ -957,6 +960,7 @@ def _median(xs: list[float]) -> float:
 RESOURCES = tuple(
     [f"jvm_{q}_{m}" for q in QUERIES for m in ("rss_mib", "fds", "threads")]
     + [f"workers_{q}_{m}" for q in QUERIES for m in ("rss_sum_mib", "rss_max_mib", "fds", "threads")]
+    + [f"runner_{q}_rss_mib" for q in QUERIES]
     + ["server_rss_mib", "server_fds", "server_threads", "collector_net_rss_mib", "collector_fds",
        "collector_threads"]
     + [f"{d}_{q}_bytes" for d in ("staging", "checkpoint", "indoubt") for q in QUERIES]
@@ -975,7 +979,7 @@ def restarts_of(faults: Iterable[FaultRecord]) -> dict[str, list[float]]:
     query's JVM and Python processes after ``driver_kill``, its Python workers after ``workers_kill``."""
     out: dict[str, list[float]] = {"server": []}
     for q in QUERIES:
-        out[f"jvm_{q}"], out[f"workers_{q}"] = [], []
+        out[f"jvm_{q}"], out[f"workers_{q}"], out[f"runner_{q}"] = [], [], []
     for f in faults:
         end = f.t + f.seconds
         query = next((q for q in QUERIES if f"the {q} " in f.detail or f"of the {q} query" in f.detail), None)
@@ -984,6 +988,7 @@ def restarts_of(faults: Iterable[FaultRecord]) -> dict[str, list[float]]:
         elif f.fault == "driver_kill" and query is not None:
             out[f"jvm_{query}"].append(end)
             out[f"workers_{query}"].append(end)
+            out[f"runner_{query}"].append(end)
         elif f.fault == "workers_kill" and query is not None and f.fired:
             out[f"workers_{query}"].append(end)
     return out
@@ -1164,6 +1169,7 @@ def plot(csv_path: str | os.PathLike[str], png_path: str | os.PathLike[str], *, 
          True),
         (axes[1][0], "RSS (MiB)", [(f"jvm_{q}_rss_mib", 1, f"JVM {q}") for q in QUERIES]
          + [(f"workers_{q}_rss_sum_mib", 1, f"workers {q} (sum)") for q in QUERIES]
+         + [(f"runner_{q}_rss_mib", 1, f"source runner {q}") for q in QUERIES]
          + [("server_rss_mib", 1, "server"), ("collector_net_rss_mib", 1, "collector (net of ledger)")], False),
         (axes[1][1], "open fds / threads", [(f"jvm_{q}_fds", 1, f"JVM {q} fds") for q in QUERIES]
          + [(f"jvm_{q}_threads", 1, f"JVM {q} threads") for q in QUERIES]
