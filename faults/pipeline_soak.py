@@ -484,6 +484,7 @@ class _Soak:
         #: the verdict reads them back from the CSV; latency goes into the two judged windows
         self.windows = {w: {q: Histogram() for q in QUERIES} for w in ("early", "late")}
         self.sampled = 0
+        self.query_restarts: dict[str, int] = {}
         self.committed = {"flowfile": 0, "records": 0}  # ids committed by the producer
         self.collected = {"flowfile": 0, "records": 0}  # ids collected (copies included)
         self.schemas: set[str] = set()
@@ -876,6 +877,7 @@ class _Soak:
                     c.close()
                 proxy.close()
                 srv.close()
+                self.query_restarts = {q: d.restarts() for q, d in drivers.items()}  # from the drivers' logs
                 shutil.rmtree(self.work, ignore_errors=True)
         outcome = self._verdict(srv, drivers, drain)
         (self.out / "outcome.json").write_text(json.dumps(asdict(outcome), indent=1, default=str))
@@ -917,7 +919,7 @@ class _Soak:
             offered={q: round(self.committed[q] / span, 1) for q in QUERIES},
             achieved={q: round(sum(s[f"achieved_{q}"] for s in load) / max(1, len(load)), 1) for q in QUERIES},
             driver_starts={q: d.starts for q, d in drivers.items()},
-            query_restarts={q: d.restarts() for q, d in drivers.items()},
+            query_restarts=self.query_restarts,
             server_starts=srv.starts, violations=v, drain_seconds=round(drain, 1),
             load=_uptime())
 
