@@ -1,0 +1,133 @@
+"""The pipeline soak in a small dose (``python -m faults.pipeline_soak --minutes 30`` is the long run):
+two streaming queries (one row per FlowFile, and JSON record sets) NiFi → Spark → NiFi as driver
+processes of their own, over a 2-node replicating cluster with ``--data-dir``, under a steady load
+for a minute and a half (about two and a half with the drivers' start and the drain) while a driver
+and Spark's Python workers are SIGKILLed and restarted and commit answers come late. (No server
+kill here: a server SIGKILLed and back within half a TTL can make the source read a round twice,
+see docs/reliability.md, "Pipeline soak"; the long run keeps it.)
+Every id arrives, duplicates only under their de-dup key, content equal; no gross growth. The
+flatness verdict needs the long run's second half and is not asserted here. Plus the verdict's
+own arithmetic."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from faults.pipeline_soak import (
+    Book,
+    FaultRecord,
+    Histogram,
+    MiB,
+    SoakConfig,
+    judge,
+    restarts_of,
+    run,
+)
+
+
+def _seed() -> int:
+    if "S2S_FAULT_SEED" in os.environ:
+        return int(os.environ["S2S_FAULT_SEED"])
+    ci = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+    return 45 if ci else random.SystemRandom().randrange(1 << 31)
+
+
+@pytest.mark.timeout(420)
+def test_two_queries_under_kills_for_a_minute_and_a_half(tmp_path: Path) -> None:
+    seed = _seed()
+    lines: list[str] = []
+    cfg = SoakConfig(minutes=1.5, seed=seed, out_dir=str(tmp_path / "out"), ff_rate=40.0, record_rate=1000.0,
+                     records_per_flowfile=50, fault_every=(20.0, 25.0),
+                     faults=("driver_kill", "workers_kill", "late_answer"), drain_seconds=120.0,
+                     progress=lines.append)
+    outcome = run(cfg)
+    where = f"seed {seed}; " + "\n".join(lines[-40:])
+    for query, t in outcome.books.items():
+        assert t["ids"] > 0, where
+        assert (t["lost"], t["unexplained"], t["unexpected"]) == (0, 0, 0), f"{query}: {t}; {where}"
+    assert not [e for e in outcome.violations if "grows" not in e and "latency" not in e
+                and "near zero" not in e], where
+    kinds = {f.fault for f in outcome.faults}
+    assert kinds >= {"driver_kill", "late_answer"}, where
+    assert all(f.fired >= 1 for f in outcome.faults if f.fault != "workers_kill"), where
+    assert sum(outcome.driver_starts.values()) >= 3, where
+    with open(tmp_path / "out" / "samples.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) >= 8, where
+    assert (tmp_path / "out" / "samples.png").stat().st_size > 10_000
+
+    def values(name: str) -> list[float]:
+        return [float(r[name]) for r in rows if r[name] not in ("", "nan")]
+
+    # gross growth only: a JVM within its heap and overhead, the server and the collector within a
+    # few hundred MiB, threads and descriptors back near where they were, nothing left staged
+    for q in ("flowfile", "records"):
+        assert max(values(f"jvm_{q}_rss_mib")) < 2048, where
+        assert max(values(f"workers_{q}_rss_max_mib")) < 1024, where
+        assert values(f"staging_{q}_bytes")[-1] < 32 * MiB, where
+    assert max(values("server_rss_mib")) < 1024, where
+    net = values("collector_net_rss_mib")
+    assert net[-1] - net[0] < 256, where
+    for who in ("server", "collector"):
+        for what in ("fds", "threads"):
+            v = values(f"{who}_{what}")
+            assert v[-1] <= v[0] + 64, f"{who} {what}: {v}; {where}"
+
+
+def test_the_book_counts_lost_keys_and_in_doubt_units() -> None:
+    book = Book(lambda rid: rid // 10)
+    book.committed(30)
+    book.record(range(29), key=7)  # id 29 lost
+    book.record([3], key=7)  # a copy under the same key: de-duplication drops it
+    book.record([4], key=9)  # a second key: only an in-doubt send explains it
+    book.record([12], key=9)
+    book.doubted([1])  # the unit of ids 10-19 was sent in doubt
+    book.record([40], key=7)  # never sent
+    t = book.tally()
+    assert (t["ids"], t["lost"], t["first_lost"], t["unexpected"]) == (30, 1, 29, 1)
+    assert t["copies_beyond_first"] == 3 and t["under_other_keys"] == 2
+    assert (t["unexplained"], t["unexplained_ids"]) == (1, [4])
+
+
+def test_the_verdict_finds_growth_and_latency_drift() -> None:
+    samples = []
+    for k in range(180):  # 30 minutes, a sample every 10 s
+        t = 10.0 * (k + 1)
+        h = Histogram()
+        h.add(100.0 if t < 1500 else 400.0, 100)
+        samples.append({"t": t, "server_rss_mib": 100.0 + (t / 60.0 if k % 2 else 0.0), "server_fds": 30.0,
+                        "jvm_flowfile_rss_mib": 500.0 + t / 60.0, "staging_flowfile_bytes": float(MiB) * (k % 3),
+                        "staging_records_bytes": 64.0 * MiB, "_hist_flowfile": h, "_hist_records": h})
+    resources, dips, latency = judge(samples, 1800.0)
+    by = {r["resource"]: r for r in resources}
+    assert by["server_fds"]["ok"] and by["server_fds"]["slope_per_h"] == 0.0
+    assert not by["jvm_flowfile_rss_mib"]["ok"]
+    assert math.isclose(by["jvm_flowfile_rss_mib"]["slope_per_h"], 60.0, rel_tol=1e-6)
+    assert math.isclose(by["jvm_flowfile_rss_mib"]["week"], 60.0 * 168, rel_tol=1e-6)
+    assert len(dips["staging_flowfile_bytes"]) == 7 and max(dips["staging_flowfile_bytes"]) == 0.0
+    assert min(dips["staging_records_bytes"]) == 64.0 * MiB
+    assert latency["flowfile"]["ratio"] > 3.5
+
+
+def test_a_process_is_judged_between_the_restarts_faults_made() -> None:
+    faults = [FaultRecord(1000.0, "driver_kill", "the flowfile driver's process group SIGKILLed, started again", 1, 3.0),
+              FaultRecord(1300.0, "workers_kill", "4 Python workers of the records query SIGKILLed", 4, 0.0),
+              FaultRecord(1500.0, "server_kill", "server SIGKILLed, restarted on its data dir after 2 s", 1, 2.0),
+              FaultRecord(1600.0, "workers_kill", "0 Python workers of the records query SIGKILLed", 0, 0.0)]
+    restarts = restarts_of(faults)
+    assert restarts["jvm_flowfile"] == restarts["workers_flowfile"] == [1003.0]
+    assert restarts["workers_records"] == [1300.0] and restarts["jvm_records"] == []
+    assert restarts["server"] == [1502.0]
+    # a JVM that grows back after its restart (warm-up) is judged after it: flat there
+    samples = [{"t": t, "jvm_flowfile_rss_mib": min(400.0, 300.0 + 2 * max(0, t - 1003)),
+                "server_rss_mib": 80.0} for t in range(900, 1801, 10)]
+    by = {r["resource"]: r for r in judge(samples, 1800.0, restarts=restarts)[0]}
+    assert by["jvm_flowfile_rss_mib"]["ok"] and by["jvm_flowfile_rss_mib"]["from_min"] == round(1063 / 60, 1)
+    assert by["server_rss_mib"]["judged"] and (by["server_rss_mib"]["from_min"], by["server_rss_mib"]["to_min"]) \
+        == (15.0, 25.0)
