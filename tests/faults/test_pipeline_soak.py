@@ -1,10 +1,10 @@
 """The pipeline soak in a small dose (``python -m faults.pipeline_soak --minutes 30`` is the long run):
 two streaming queries (one row per FlowFile, and JSON record sets) NiFi → Spark → NiFi as driver
 processes of their own, over a 2-node replicating cluster with ``--data-dir``, under a steady load
-for a minute and a half (about two and a half with the drivers' start and the drain) while a driver
-and Spark's Python workers are SIGKILLed and restarted and commit answers come late. (No server
-kill here: a server SIGKILLed and back within half a TTL can make the source read a round twice,
-see docs/reliability.md, "Pipeline soak"; the long run keeps it.)
+for a minute and a half (about two and a half with the drivers' start and the drain) while the
+server, a driver and Spark's Python workers are SIGKILLed and restarted and commit answers come
+late (a server back within half a TTL once made the source read a round twice: seed 13617; see
+docs/reliability.md, "Pipeline soak").
 Every id arrives, duplicates only under their de-dup key, content equal; no gross growth. The
 flatness verdict needs the long run's second half and is not asserted here. Plus the verdict's
 own arithmetic."""
@@ -43,8 +43,8 @@ def test_two_queries_under_kills_for_a_minute_and_a_half(tmp_path: Path) -> None
     seed = _seed()
     lines: list[str] = []
     cfg = SoakConfig(minutes=1.5, seed=seed, out_dir=str(tmp_path / "out"), ff_rate=40.0, record_rate=1000.0,
-                     records_per_flowfile=50, fault_every=(20.0, 25.0),
-                     faults=("driver_kill", "workers_kill", "late_answer"), drain_seconds=120.0,
+                     records_per_flowfile=50, fault_every=(17.0, 20.0),
+                     faults=("server_kill", "driver_kill", "workers_kill", "late_answer"), drain_seconds=120.0,
                      progress=lines.append)
     outcome = run(cfg)
     where = f"seed {seed}; " + "\n".join(lines[-40:])
@@ -54,7 +54,7 @@ def test_two_queries_under_kills_for_a_minute_and_a_half(tmp_path: Path) -> None
     assert not [e for e in outcome.violations if "grows" not in e and "latency" not in e
                 and "near zero" not in e], where
     kinds = {f.fault for f in outcome.faults}
-    assert kinds >= {"driver_kill", "late_answer"}, where
+    assert kinds == {"server_kill", "driver_kill", "workers_kill", "late_answer"}, where  # 4 in 90 s: each once
     assert all(f.fired >= 1 for f in outcome.faults if f.fault != "workers_kill"), where
     assert sum(outcome.driver_starts.values()) >= 3, where
     with open(tmp_path / "out" / "samples.csv", newline="") as f:
