@@ -632,6 +632,7 @@ def main(argv: list[str] | None = None) -> int:
                             for rate in args.loads:
                                 cell = run_rate_cell(spark, spec, load, seen, url, qwork, rate, args.seconds, rnd)
                                 cells.append(cell)
+                                save(cells, args.json)
                                 print(line(cell), flush=True)
                         continue
                     df = source_df(spark, spec, url, qwork, load.feeder_port, 50, source_options)
@@ -651,6 +652,7 @@ def main(argv: list[str] | None = None) -> int:
                                                else (max(1, round(rate * BATCH_EVERY)),)):
                                     cell = measure_cell(spec, load, seen, q, url, rate, per_tx, args.seconds, rnd)
                                     cells.append(cell)
+                                    save(cells, args.json)
                                     print(line(cell), flush=True)
                                     if cell.phases:
                                         print("    phases: " + phase_line(cell.phases), flush=True)
@@ -659,6 +661,7 @@ def main(argv: list[str] | None = None) -> int:
                             if args.quiet_seconds > 0 and spec.mode == "flowfile":
                                 cell = measure_cell(spec, load, seen, q, url, 0, 1, args.quiet_seconds, rnd)
                                 cells.append(cell)
+                                save(cells, args.json)
                                 print(line(cell), flush=True)
                                 if cell.phases:
                                     print("    phases: " + phase_line(cell.phases), flush=True)
@@ -674,15 +677,20 @@ def main(argv: list[str] | None = None) -> int:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
     summary(cells, args, idle, loads_avg, time.time() - started, source_options)
-    if args.json is not None:
-        args.json.write_text(json.dumps([{
+    save(cells, args.json)
+    return 0
+
+
+def save(cells: list[Cell], path: Path | None) -> None:
+    """Every cell's figures as JSON (written after each cell too, so a run cut short keeps them)."""
+    if path is not None:
+        path.write_text(json.dumps([{
             "query": c.spec.name, "rate": c.rate, "perTx": c.per_tx, "round": c.round, "offered": c.offered,
             "achieved": c.achieved, "n": len(c.latencies_ms), "missing": c.missing,
             "p50": pct(c.latencies_ms, 0.5), "p90": pct(c.latencies_ms, 0.9), "p99": pct(c.latencies_ms, 0.99),
             "max": max(c.latencies_ms, default=float("nan")),
             "phases": {k: [pct(v, 0.5), pct(v, 0.99)] for k, v in c.phases.items() if v},
         } for c in cells], indent=1))
-    return 0
 
 
 def line(c: Cell) -> str:
