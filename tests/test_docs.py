@@ -100,3 +100,33 @@ def test_client_page_example_runs(tmp_path: Path, capsys: pytest.CaptureFixture[
         assert sorted(ff["attributes"]["filename"] for ff in sent) == ["big.bin", "hello.txt"]
         assert plain.admin.queued("to-spark") == 0
     assert capsys.readouterr().out.splitlines() == ["a.txt 3", "b.txt 2"]
+
+
+def test_the_supported_lines_and_pythons_are_said_in_one_place() -> None:
+    """README.md and docs/spark.md carry the sentence pyspark_s2s/support.py generates, and the build
+    files agree with it: the classifiers and python_requires name its Pythons, the test extra pins
+    its newest tested pyspark, the Makefile's oldest run uses its oldest line's release."""
+    from pyspark_s2s.support import (
+        BEGIN,
+        END,
+        PYTHONS,
+        SPARK_LINES,
+        TESTED_PYTHONS,
+        TESTED_SPARK,
+        support_markdown,
+    )
+
+    for page in (ROOT / "README.md", ROOT / "docs" / "spark.md"):
+        text = page.read_text(encoding="utf-8")
+        assert f"{BEGIN}\n{support_markdown()}\n{END}" in text, (
+            f"{page.name} is stale: run python -c \"from pyspark_s2s.support import update_doc; "
+            f"update_doc('{page.relative_to(ROOT)}')\"")
+    setup = (ROOT / "setup.cfg").read_text(encoding="utf-8")
+    assert re.findall(r"Programming Language :: Python :: (3\.\d+)", setup) == list(PYTHONS)
+    assert f"python_requires = >={PYTHONS[0]}" in setup
+    assert [v for v, _ in TESTED_PYTHONS] == list(PYTHONS)
+    assert f"pyspark=={TESTED_SPARK[0][0]}" in setup and f"pyspark>={SPARK_LINES[0]}" in setup
+    oldest = re.search(r"^OLDEST_PYSPARK \?= (\S+)", (ROOT / "Makefile").read_text(encoding="utf-8"), re.MULTILINE)
+    assert oldest is not None and oldest[1] in [v for v, _ in TESTED_SPARK]
+    assert oldest[1].rsplit(".", 1)[0] == SPARK_LINES[0]
+    assert {v.rsplit(".", 1)[0] for v, _ in TESTED_SPARK} <= set(SPARK_LINES)

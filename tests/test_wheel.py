@@ -9,10 +9,18 @@ source by itself, through its lookup of installed top-level ``pyspark_*`` module
 pyspark is the version of the test environment, so pip installs it from its cache (the first
 install built its wheel from the source archive). 50 to 70 s on a loaded 2-core machine: build
 5-7 s, venv and install 15 s, server and Spark job 30-37 s.
+
+Then, for every other Python 3.11+ the machine has (``python3.N`` on the PATH, pyenv's versions), the
+essential check only, so a new Python's break shows: the same wheel installed into a fresh venv of
+that Python (with its dependencies, without pyspark), ``import pyspark_s2s``, an Avro and a JSON
+record set read through the record layer, and FlowFiles sent and received through the venv's own
+``s2s serve``. The wheel is built once more for them (5-7 s), then 15-30 s per Python (its venv
+and install most of it; the first run downloads the dependencies' wheels for that Python).
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import queue
@@ -83,6 +91,52 @@ def _clean_env(venv: Path) -> dict[str, str]:
     return env
 
 
+#: run by another Python's fresh venv: a record set through the record layer (Avro, JSON: polars,
+#: fastavro, pyarrow), then FlowFiles through the venv's own server and back
+ESSENTIAL = '''\
+import json, sys
+import fastavro, io
+import pyarrow as pa
+import pyspark_s2s
+from pyspark_s2s.client import SiteToSiteClient
+from pyspark_s2s.records.read import read_record_set
+
+schema = pa.schema([("id", pa.int64()), ("name", pa.string())])
+avro = io.BytesIO()
+fastavro.writer(avro, fastavro.parse_schema({"type": "record", "name": "r", "fields": [
+    {"name": "id", "type": "long"}, {"name": "name", "type": "string"}]}), [{"id": 7, "name": "seven"}])
+records = [b.to_pylist() for fmt, content in (("avro", avro.getvalue()), ("json", b'[{"id": 7, "name": "seven"}]'))
+           for b in read_record_set(content, fmt, schema)]
+
+url = sys.argv[1]
+with SiteToSiteClient(url=url, portName="in") as client:
+    client.send([(f"row-{i}".encode(), {"n": str(i)}) for i in range(10)])
+with SiteToSiteClient(url=url, portName="out") as client:
+    packets, _ = client.receive()
+print("RESULT " + json.dumps({"python": list(sys.version_info[:2]), "package": pyspark_s2s.__file__,
+                              "records": records,
+                              "rows": sorted([p.content.decode(), p.attributes["n"]] for p in packets)}))
+'''
+
+
+def _other_pythons() -> list[tuple[str, str]]:
+    """("3.N", interpreter) for every Python 3.11+ on the PATH (``python3.N``) or under pyenv
+    (``~/.pyenv/versions/3.N.x``; not pyenv's shims) but this one's version, the first found of each; the version is
+    read from the name (collection starts no process; the test checks the interpreter's own)."""
+    found: dict[tuple[int, int], str] = {}
+    # pyenv's shims on the PATH run only the versions pyenv has selected: its versions are found below
+    named = [(n, exe) for n in range(11, 30)
+             if (exe := shutil.which(f"python3.{n}")) and os.sep + "shims" + os.sep not in exe]
+    for home in sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.*"))):
+        parts = Path(home).name.split(".")
+        if len(parts) >= 2 and parts[1].isdigit():
+            named.append((int(parts[1]), os.path.join(home, "bin", "python3")))
+    for minor, exe in named:
+        if exe and os.access(exe, os.X_OK) and minor >= 11 and (3, minor) != sys.version_info[:2]:
+            found.setdefault((3, minor), exe)
+    return [(f"{major}.{minor}", exe) for (major, minor), exe in sorted(found.items())]
+
+
 def _check_dists(dist: Path) -> Path:
     wheels, sdists = sorted(dist.glob("*.whl")), sorted(dist.glob("*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1, sorted(p.name for p in dist.iterdir())
@@ -94,9 +148,14 @@ def _check_dists(dist: Path) -> Path:
     assert not [n for n in names if "/tests/" in n or n.rsplit("/", 1)[-1].startswith(("test_", "conftest"))]
     entry_points = zipfile.ZipFile(wheels[0]).read(f"pyspark_s2s-{version('pyspark-s2s')}.dist-info/entry_points.txt")
     assert b"s2s = pyspark_s2s.cli:main" in entry_points
+    # the Apache-2.0 text the metadata names, in .dist-info/ (licenses/ since setuptools 77)
+    licenses = [n for n in names if n.rsplit("/", 1)[-1] == "LICENSE" and ".dist-info/" in n]
+    assert len(licenses) == 1, names
+    assert zipfile.ZipFile(wheels[0]).read(licenses[0]) == (REPO / "LICENSE").read_bytes()
+    assert b"Apache License" in (REPO / "LICENSE").read_bytes()[:200]
     with tarfile.open(sdists[0]) as sdist:
         members = [m.split("/", 1)[1] for m in sdist.getnames() if "/" in m]
-    assert {"README.md", "setup.cfg", "pyproject.toml", "pyspark_s2s/py.typed"} <= set(members)
+    assert {"README.md", "LICENSE", "setup.cfg", "pyproject.toml", "pyspark_s2s/py.typed"} <= set(members)
     assert not [m for m in members if m.startswith("tests/")], "the sdist carries tests (MANIFEST.in prunes them)"
     return wheels[0]
 
@@ -190,3 +249,42 @@ def test_wheel_installs_into_a_fresh_venv_and_spark_finds_the_source(tmp_path: P
     # Spark wrote every row into port "in" (routed to "out") and read every one back from "out"
     assert result["rows"] == sorted([f"row-{i}", str(i)] for i in range(ROWS))
     assert left == 0
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel, built once for the other Pythons' checks (as ``make dist`` builds it)."""
+    dist, work = tmp_path_factory.mktemp("dist"), tmp_path_factory.mktemp("work")
+    _run([sys.executable, "-m", "build", "--outdir", str(dist), str(REPO)], cwd=work, env=_clean_env(work / "venv"),
+         timeout=300)
+    return _check_dists(dist)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("python", "exe"), [pytest.param(v, exe, id=f"python{v}") for v, exe in _other_pythons()])
+def test_the_wheel_works_on_every_other_python_the_machine_has(python: str, exe: str, wheel: Path,
+                                                                tmp_path: Path) -> None:
+    venv, work = tmp_path / "venv", tmp_path / "work"
+    work.mkdir()
+    env = _clean_env(venv)
+    started = time.monotonic()
+    try:
+        _run([exe, "-m", "venv", str(venv)], cwd=work, env=env, timeout=120)
+        vpy = str(venv / "bin" / "python")
+        _run([vpy, "-m", "pip", "install", "-q", str(wheel)], cwd=work, env=env, timeout=240)
+        server, reader, url = _start_server(venv, work, env)
+        try:
+            (work / "essential.py").write_text(ESSENTIAL)
+            proc = _run([vpy, "essential.py", url], cwd=work, env=env, timeout=120)
+        finally:
+            _stop(server, reader)
+    finally:
+        shutil.rmtree(venv, ignore_errors=True)
+        print(f"wheel on Python {python}: {time.monotonic() - started:.1f} s")  # shown with -s or -rP
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    assert line, proc.stdout[-2000:] + proc.stderr[-4000:]
+    result = json.loads(line[len("RESULT "):])
+    assert f"{result['python'][0]}.{result['python'][1]}" == python
+    assert Path(result["package"]).is_relative_to(venv / "lib"), result["package"]
+    assert result["records"] == [[{"id": 7, "name": "seven"}]] * 2
+    assert result["rows"] == sorted([f"row-{i}", str(i)] for i in range(10))

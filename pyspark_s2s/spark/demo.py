@@ -1,7 +1,8 @@
 """The Spark round trip (``python -m pyspark_s2s.spark.demo``; what ``make demo`` runs).
 
 Owns: a two-node reference server (on each node, input port ``from-spark`` routed to output port
-``to-spark``, and ``records-from-spark`` to ``records-to-spark``), a local SparkSession, and:
+``to-spark``, ``records-from-spark`` to ``records-to-spark`` and ``latency-in`` to ``latency-out``), a
+local SparkSession, and:
 
 1. *Spark's start-up*: the session, then small warm-up queries through ``nifi-s2s`` (the streaming
    write and read of step 2, the batch write and read of step 3). A SparkSession's first write and
@@ -10,7 +11,11 @@ Owns: a two-node reference server (on each node, input port ``from-spark`` route
 2. *One row per FlowFile, streaming*: generated sensor readings (JSON files read as a stream) become
    FlowFiles (``content`` = the reading as JSON, ``attributes`` = id, sensor, file name) written into
    ``from-spark`` with ``writeStream.format("nifi-s2s")``; ``readStream.format("nifi-s2s")`` reads
-   them back from ``to-spark`` (staged, exactly once) into Parquet files.
+   them back from ``to-spark`` (staged, exactly once) into Parquet files. Then the latency of a
+   running ``readStream`` (default options and trigger): FlowFiles sent one a transaction at 50 a
+   second into ``latency-in`` (routed to ``latency-out``), each stamped with its send time, and each
+   one's time from that send to its row in the query's ``foreachBatch``; p50 and p99 are printed next
+   to the rows/s.
 3. *Record mode, batch*: a DataFrame of typed columns written with ``df.write`` and
    ``recordFormat=parquet`` (FlowFiles of 10,000 records) into ``records-from-spark``, read back
    from ``records-to-spark`` with ``spark.read`` and the same ``recordFormat`` into typed rows, saved
@@ -32,6 +37,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -47,6 +53,10 @@ INPUT_PORT = "from-spark"
 OUTPUT_PORT = "to-spark"
 RECORDS_IN = "records-from-spark"
 RECORDS_OUT = "records-to-spark"
+LATENCY_IN = "latency-in"
+LATENCY_OUT = "latency-out"
+LATENCY_RATE = 50  # FlowFiles a second, one a transaction
+LATENCY_FLOWFILES = 200
 WARMUP_ROWS = 10_000
 ROWS = 200_000
 FILES = 10
@@ -275,6 +285,55 @@ def _records(spark: Any, url: str, first: int, rows: int, work: Path, name: str)
     return wrote, read
 
 
+def _latency(spark: Any, url: str, work: Path) -> tuple[int, float, float]:
+    """A running ``readStream`` of LATENCY_OUT (default options and trigger) while FlowFiles are sent
+    one a transaction at LATENCY_RATE into LATENCY_IN: (FlowFiles, p50 ms, p99 ms) from each one's
+    send to its row in the query's ``foreachBatch``. Every FlowFile must arrive exactly once."""
+    from pyspark.sql import functions as F
+
+    from pyspark_s2s.client import SiteToSiteClient
+
+    seen: Counter[str] = Counter()
+    at: dict[str, float] = {}
+    lock = threading.Lock()
+
+    def each(batch: Any, batch_id: int) -> None:
+        ids = [r[0] for r in batch.select(F.col("attributes")["demo.id"]).collect()]
+        now = time.time()
+        with lock:
+            seen.update(ids)
+            for i in ids:
+                at.setdefault(i, now)
+
+    q = (spark.readStream.format("nifi-s2s").option("url", url).option("portName", LATENCY_OUT)
+         .option("stagingLocation", str(work / "latency-staging")).load()
+         .writeStream.foreachBatch(each).option("checkpointLocation", str(work / "latency-chk")).start())
+    sent: dict[str, float] = {}
+    try:
+        deadline = time.monotonic() + 120
+        while q.lastProgress is None and q.exception() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with SiteToSiteClient(url=url, portName=LATENCY_IN) as client:
+            start = time.monotonic()
+            for i in range(LATENCY_FLOWFILES):
+                time.sleep(max(0.0, start + i / LATENCY_RATE - time.monotonic()))
+                sent[f"l-{i}"] = time.time()
+                client.send([(b'{"probe": %d}' % i, {"demo.id": f"l-{i}"})])
+        deadline = time.monotonic() + 120
+        while len(at) < len(sent) and q.exception() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        q.stop()
+    if q.exception() is not None:
+        raise DemoError(f"the latency query failed: {q.exception()}")
+    with lock:
+        if set(seen) != set(sent) or max(seen.values()) != 1:
+            raise DemoError(f"latency: {len(set(sent) - set(seen))} FlowFile(s) not read, "
+                            f"{sum(1 for v in seen.values() if v > 1)} read twice")
+        ms = sorted((at[k] - sent[k]) * 1000 for k in sent)
+    return len(ms), ms[len(ms) // 2], ms[max(0, -(-99 * len(ms) // 100) - 1)]
+
+
 def _read_parquet(path: Path) -> Any:
     import pyarrow.parquet as pq
 
@@ -306,9 +365,12 @@ def run(out: Callable[[str], None] = print) -> int:
     try:
         with DemoServer("--nodes", "2", "--input-port", INPUT_PORT, "--output-port", OUTPUT_PORT,
                         "--route", f"{INPUT_PORT}={OUTPUT_PORT}", "--input-port", RECORDS_IN,
-                        "--output-port", RECORDS_OUT, "--route", f"{RECORDS_IN}={RECORDS_OUT}") as server:
+                        "--output-port", RECORDS_OUT, "--route", f"{RECORDS_IN}={RECORDS_OUT}",
+                        "--input-port", LATENCY_IN, "--output-port", LATENCY_OUT,
+                        "--route", f"{LATENCY_IN}={LATENCY_OUT}") as server:
             out(f"s2s demo: reference server with 2 nodes at {', '.join(server.urls)} "
-                f"({INPUT_PORT!r} -> {OUTPUT_PORT!r}, {RECORDS_IN!r} -> {RECORDS_OUT!r})")
+                f"({INPUT_PORT!r} -> {OUTPUT_PORT!r}, {RECORDS_IN!r} -> {RECORDS_OUT!r}, "
+                f"{LATENCY_IN!r} -> {LATENCY_OUT!r})")
             url = ",".join(server.urls)
             node = {u.split("//", 1)[1].split("/", 1)[0]: f"node {i}" for i, u in enumerate(server.urls)}
             warm, main = Readings("w", WARMUP_ROWS, 1), Readings("r", ROWS, FILES)
@@ -342,6 +404,9 @@ def run(out: Callable[[str], None] = print) -> int:
             came = Counter(node.get(p, p) for p in read.column("peer").to_pylist())
             out(f"                        readStream  {r.rows:>9,} rows <- {OUTPUT_PORT!r:20} {r.secs:4.1f} s "
                 f"{_k(r.rate):>14} ({_k(r.batch_rate)}), into Parquet files; {_per_node(came)}")
+            n, p50, p99 = _latency(spark, url, work)
+            out(f"                        latency     {n:>9,} FlowFiles at {LATENCY_RATE}/s, one a transaction, "
+                f"into a running readStream: p50 {p50:,.0f} ms, p99 {p99:,.0f} ms (send to foreachBatch)")
             rw, rr = _records(spark, url, WARMUP_ROWS, RECORD_ROWS, work, "records")
             record_flowfiles = sum(tx["flowFiles"] for tx in _committed(server, RECORDS_IN, before))
             out(f"  recordFormat=parquet  df.write    {rw.rows:>9,} rows -> {RECORDS_IN!r:20} {rw.secs:4.1f} s "
@@ -354,7 +419,7 @@ def run(out: Callable[[str], None] = print) -> int:
             committed = sum(tx["flowFiles"] for tx in _committed(server, INPUT_PORT))
             if committed != ids:
                 raise DemoError(f"the server committed {committed:,} FlowFiles from Spark, {ids:,} were sent")
-            for port in (OUTPUT_PORT, RECORDS_OUT):
+            for port in (OUTPUT_PORT, RECORDS_OUT, LATENCY_OUT):
                 if server.queued(port):
                     raise DemoError(f"{server.queued(port):,} FlowFile(s) still queued on {port!r}")
             out(f"verified: all {ids:,} readings (warm-up included) arrived exactly once, content and attributes "

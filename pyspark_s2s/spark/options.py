@@ -86,6 +86,14 @@ def _ratio(value: Any, option: str) -> float:
     return ratio
 
 
+def _positive_duration(value: Any, option: str) -> float:
+    seconds = float(_dur(value, option))
+    if seconds <= 0:
+        raise ConfigError(f"{option} must be a duration greater than zero, e.g. '50 ms'; got {value!r}",
+                          option=option)
+    return seconds
+
+
 def _location(value: Any, option: str) -> str:
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
@@ -207,9 +215,18 @@ SPARK_ONLY_OPTIONS: tuple[Option, ...] = (
          "Without it every peer with a non-zero RECEIVE weight gets one partition; extra partitions go to "
          "the busiest peers.", default_doc="one per peer"),
     _row("idlePollInterval", "idle_poll_interval", _dur, 1.0, "duration",
-         "Source. After a micro-batch that found the port empty, wait this long before pulling again, so "
-         "an idle port costs at most one empty pull (and one offset-log entry) per interval.",
+         "Source. The longest wait before pulling again after a micro-batch that found the port empty: "
+         "the first wait is `idlePollMinInterval`, and each further empty micro-batch in a row doubles it up "
+         "to this, so a port that stays empty costs at most one empty pull per partition (and one offset-log "
+         "entry) per interval, and a FlowFile that comes after a long quiet stretch waits up to this long "
+         "for its pull (`docs/spark.md`, \"Low latency\").",
          default_doc="1 sec"),
+    _row("idlePollMinInterval", "idle_poll_min_interval", _positive_duration, 0.05, "duration",
+         "Source. The first wait after a micro-batch that found the port empty (greater than zero); it "
+         "doubles with each further empty micro-batch in a row, up to `idlePollInterval`. A pause in the "
+         "inflow of a few hundred milliseconds then costs a FlowFile that comes after it about this long, not "
+         "`idlePollInterval`. Equal to `idlePollInterval` (or above it): a fixed wait, no back-off.",
+         default_doc="50 ms"),
     _row("inDoubtRetention", "in_doubt_retention", _dur, 86400.0, "duration",
          "Source. How long the uuids of an in-doubt round are remembered: a round whose confirm's outcome "
          "could not be settled (its answer was lost and the retry came later than half the TTL, or its node "
@@ -421,6 +438,7 @@ class SparkOptions:
     max_bytes_per_trigger: int | None = None
     min_partitions: int | None = None
     idle_poll_interval: float = 1.0
+    idle_poll_min_interval: float = 0.05
     in_doubt_retention: float = 86400.0
     record_format: str | None = None
     record_delivery: str = "rows"

@@ -277,6 +277,12 @@ def _store(staging: StagingArea, m: RoundManifest, s: Step, retention: float) ->
         if s.resolution in IN_DOUBT and retention > 0:
             remember(staging, m)  # before the rows are released: a restart keeps dropping them
         m = m.confirmed(s.resolution)
+    # write_manifest fsyncs a pending manifest only (with its data, before the confirm: NiFi forgets the
+    # FlowFiles once it commits). A confirmed one replaces it atomically, visible to every process at
+    # once; a machine crash may lose the replacement, and the retry then finds the durable pending
+    # manifest and settles it (rule 5): NiFi answers "not found" for the committed transaction, and
+    # the rows are kept either way. A round that brought nothing moved no FlowFile: lost, it is
+    # pulled again. So the fsyncs of a round are those of its data and its pending manifest.
     staging.write_manifest(m)
     return m
 

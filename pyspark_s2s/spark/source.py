@@ -1,6 +1,6 @@
 """The ``nifi-s2s`` source: NiFi output ports into Spark, exactly once with replay.
 
-Owns: :class:`NiFiStreamReader` (driver: plans, idle back-off, ``Trigger.AvailableNow``,
+Owns: :class:`NiFiStreamReader` (driver: plans, the idle back-off, ``Trigger.AvailableNow``,
 admission control, clean-up of staged data), :class:`NiFiBatchReader` (``spark.read``),
 :class:`NiFiPartition` (one Spark task), :func:`infer_record_schema`, and on the executors
 :func:`read_partition`: through the staging area (spark/rounds.py: the exactly-once rounds, their
@@ -265,7 +265,9 @@ class _Driver:
     def __init__(self, opts: SparkOptions) -> None:
         self.client = SiteToSiteClient(opts.client)
         self.summaries: dict[int, _BatchSummary | None] = {}
-        self.empty_seen: dict[int, float] = {}
+        #: the idle back-off: the last micro-batch that found the port empty, when the driver saw it,
+        #: and how many empty micro-batches in a row it ends
+        self.empty: tuple[int, float, int] = (-1, 0.0, 0)
         self.planned = False
         self.available_now = False
         self.backlog: int | None = None
@@ -429,8 +431,10 @@ class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if st.available_now and self._drained(n, summary):
                 return start
             if summary is not None and summary.rows == 0 and not st.available_now:
-                seen = st.empty_seen.setdefault(n, time.monotonic())
-                if time.monotonic() - seen < self._opts.idle_poll_interval:
+                if st.empty[0] != n:
+                    in_a_row = st.empty[2] + 1 if st.empty[0] == n - 1 else 1
+                    st.empty = (n, time.monotonic(), in_a_row)
+                if time.monotonic() - st.empty[1] < self._idle_wait(st.empty[2]):
                     return start
         rows, size = self._caps(limit)
         try:
@@ -461,6 +465,12 @@ class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         logger.info("planned batch %d of port %s: %s", n + 1, self._opts.client.port,
                     ", ".join(f"{e['peer']} x{e['partitions']}" for e in offset["plan"]))
         return offset
+
+    def _idle_wait(self, in_a_row: int) -> float:
+        """Seconds to wait after the ``in_a_row``-th empty micro-batch in a row: ``idlePollMinInterval``
+        doubled for each one before it, at most ``idlePollInterval``."""
+        longest = self._opts.idle_poll_interval
+        return min(longest, self._opts.idle_poll_min_interval * 2.0 ** min(in_a_row - 1, 64))
 
     def _warn(self, message: str) -> None:
         st = self._state()

@@ -13,8 +13,11 @@ Owns: the layout under ``stagingLocation`` and its atomic writes::
 
 ``scope`` is ``batch-<N>`` for micro-batch N of a streaming query and ``read-<uuid>`` for one
 batch read. A partition reads in rounds (one NiFi transaction each). Every file is written under
-a temporary name and renamed into place (on a local filesystem after ``fsync`` of the file, and
-of the directory after the rename), so a reader sees a whole file or none. The content files of
+a temporary name and renamed into place, so a reader sees a whole file or none; on a local
+filesystem what must survive a machine crash (a round's data and its ``pending`` manifest, written
+before NiFi's confirm) is also fsynced, the file before the rename and the directory after it,
+while what is written after the confirm (a ``confirmed`` manifest, the ``.done`` marker) is only
+renamed (spark/rounds.py says why that is enough). The content files of
 ``recordDelivery=files`` are the exception: written under their final names (nothing reads one
 before the manifest of its round exists) and fsynced before the round's Arrow file.
 
@@ -493,14 +496,16 @@ class StagingArea:
         finally:
             os.close(fd)
 
-    def _publish(self, tmp: str, final: str) -> None:
+    def _publish(self, tmp: str, final: str, durable: bool = True) -> None:
         """Make ``tmp`` durable and visible as ``final`` in one step: fsync the file, rename it,
         fsync the directory (fsyncs on a local filesystem only: an object store makes an upload
-        visible whole)."""
-        if self.local:
+        visible whole). Not ``durable``: renamed only (whole or not at all to a reader; a machine
+        crash may lose it)."""
+        local = self.local and durable
+        if local:
             self._fsync(tmp)
         self.fs.move(tmp, final)
-        if self.local:
+        if local:
             self._fsync(os.path.dirname(final))
 
     # -- manifests ---------------------------------------------------------------------------
@@ -523,14 +528,14 @@ class StagingArea:
         text = self._read_text(scope, name)
         return None if text is None else dict(json.loads(text))
 
-    def _write_text(self, scope: str, name: str, text: str) -> None:
+    def _write_text(self, scope: str, name: str, text: str, durable: bool = True) -> None:
         fs = self.fs
         fs.create_dir(self.path(scope), recursive=True)
         final = self.path(scope, name)
         tmp = self.path(scope, f".{name}.{uuid.uuid4().hex}.tmp")
         with fs.open_output_stream(tmp) as out:
             out.write(text.encode("utf-8"))
-        self._publish(tmp, final)
+        self._publish(tmp, final, durable)
 
     def read_file(self, scope: str, name: str) -> str | None:
         """The text of ``<scope>/<name>``, or None when there is none."""
@@ -540,8 +545,8 @@ class StagingArea:
         """Write (or replace) ``<scope>/<name>`` atomically and durably (other owners' files)."""
         self._write_text(scope, name, text)
 
-    def _write_json(self, scope: str, name: str, value: dict[str, Any]) -> None:
-        self._write_text(scope, name, json.dumps(value, sort_keys=True))
+    def _write_json(self, scope: str, name: str, value: dict[str, Any], durable: bool = True) -> None:
+        self._write_text(scope, name, json.dumps(value, sort_keys=True), durable)
 
     def manifest(self, scope: str, partition: int, round_: int = 0) -> RoundManifest | None:
         """The manifest of one round of a partition, or None when it was never staged."""
@@ -550,8 +555,10 @@ class StagingArea:
         return None if text is None else RoundManifest.from_json(text, self.path(scope, name))
 
     def write_manifest(self, manifest: RoundManifest) -> None:
-        """Write (or replace) a round's manifest atomically, under its scope, partition and round."""
-        self._write_text(manifest.scope, self.manifest_name(manifest.partition, manifest.round), manifest.to_json())
+        """Write (or replace) a round's manifest atomically, under its scope, partition and round;
+        fsynced when it is ``pending`` only (spark/rounds.py, ``_store``, says why)."""
+        self._write_text(manifest.scope, self.manifest_name(manifest.partition, manifest.round), manifest.to_json(),
+                         durable=manifest.state is RoundState.PENDING)
 
     def rounds(self, scope: str, partition: int) -> list[RoundManifest]:
         """The staged rounds of a partition, in order (a gap ends the list)."""
@@ -565,7 +572,12 @@ class StagingArea:
         return self._read_json(scope, self.done_name(partition))
 
     def mark_done(self, scope: str, partition: int, rounds: int) -> None:
-        self._write_json(scope, self.done_name(partition), {"rounds": rounds})
+        """Mark the partition's rounds final. Not fsynced: it is written after NiFi committed every
+        round it names, like a ``confirmed`` manifest (spark/rounds.py, ``_store``), so it is visible
+        whole to every process at once, and only a machine crash could lose it; then a replay of the
+        batch (which Spark runs again, as it was not committed) pulls on from NiFi: new FlowFiles,
+        nothing lost, nothing read twice."""
+        self._write_json(scope, self.done_name(partition), {"rounds": rounds}, durable=False)
 
     def manifests(self, scope: str) -> list[RoundManifest] | None:
         """Every round manifest of ``scope`` (None when the scope does not exist)."""

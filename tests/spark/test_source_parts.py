@@ -63,6 +63,7 @@ def test_option_names_are_case_insensitive_and_aliases_work() -> None:
     ("maxBytesPerTrigger", "lots", "maxBytesPerTrigger"),
     ("minPartitions", "-1", "minPartitions"),
     ("idlePollInterval", "soon", "idlePollInterval"),
+    ("idlePollMinInterval", "0 ms", "idlePollMinInterval"),
     ("timeout", "0 sec", "timeout"),
     ("commitMode", "sometimes", "commitMode"),
 ])
@@ -679,6 +680,61 @@ def test_a_planned_backlog_keeps_the_rounds_going_past_the_window(srv: ServerPro
     assert staging.done(backlogged.scope, 0) == {"rounds": 3}
     assert len(rows) == 60 and srv.admin.queued("out") == 15
     assert _read(srv, staging, backlogged) == rows
+
+
+def test_the_idle_back_off_doubles_from_its_first_wait_up_to_idle_poll_interval(
+        srv: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a micro-batch that found the port empty the driver plans no pull for
+    ``idlePollMinInterval``, then twice that after each further empty one, at most
+    ``idlePollInterval``; a micro-batch with rows starts the schedule again. Every planned batch is
+    really pulled (one receive transaction on the server each), and the driver's clock is a fake one
+    that the test moves by 10 ms a step."""
+    from types import SimpleNamespace
+
+    from pyspark_s2s.spark import source
+    from pyspark_s2s.spark.compat import ReadAllAvailable
+
+    now = [1000.0]
+    monkeypatch.setattr(source, "time", SimpleNamespace(monotonic=lambda: now[0], time=time.time))
+    opts = SparkOptions.parse({"url": srv.url, "portName": "out", "stagingLocation": str(tmp_path),
+                               "idlePollMinInterval": "100 ms", "idlePollInterval": "700 ms"})
+    reader = NiFiStreamReader(opts, SOURCE_SCHEMA)
+    staging = StagingArea(str(tmp_path))
+
+    def run(offset: dict[str, Any]) -> int:
+        """What Spark's tasks do with a planned micro-batch: read every partition."""
+        return sum(b.num_rows for p in reader.partitions({"batch": int(offset["batch"]) - 1, "plan": []}, offset)
+                   for b in read_partition(opts, arrow_source_schema(), p, staging))
+
+    def wait_for_next(start: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+        """The fake seconds until the driver plans the micro-batch after ``start``."""
+        t0 = now[0]
+        for _ in range(500):
+            offset = reader.latestOffset(start, ReadAllAvailable())
+            if offset is not start:
+                return round(now[0] - t0, 2), offset
+            now[0] += 0.01
+        raise AssertionError("no micro-batch planned within 5 fake seconds")
+
+    try:
+        _, offset = wait_for_next(reader.initialOffset())
+        assert run(offset) == 0  # the port is empty
+        waits = []
+        for _ in range(5):
+            wait, offset = wait_for_next(offset)
+            waits.append(wait)
+            assert run(offset) == 0
+        assert waits == pytest.approx([0.1, 0.2, 0.4, 0.7, 0.7], abs=0.011)  # the clock's 10 ms steps
+        _fill(srv, 3)
+        wait, offset = wait_for_next(offset)
+        assert wait == pytest.approx(0.7, abs=0.011) and run(offset) == 3
+        wait, offset = wait_for_next(offset)
+        assert wait == 0.0 and run(offset) == 0  # after rows: the next pull at once ...
+        assert wait_for_next(offset)[0] == pytest.approx(0.1, abs=0.011)  # ... an empty one starts it again
+        pulls = [t for t in srv.admin.transactions() if t["direction"] == "receive"]
+        assert len(pulls) == 8  # one transaction per micro-batch run, none while the driver waited
+    finally:
+        reader.stop()
 
 
 def test_the_first_available_now_plan_carries_each_nodes_backlog() -> None:

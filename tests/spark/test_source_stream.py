@@ -137,21 +137,35 @@ def test_available_now_ends_while_nifi_keeps_adding(spark: Any, tmp_path: Path) 
         assert len(got) + srv.admin.queued("out") == 500 + len(added)
 
 
+def _most_idle_pulls(seconds: float, first: float, longest: float) -> int:
+    """The most empty pulls an idle stretch of ``seconds`` can hold under the idle back-off
+    (docs/spark.md, "Low latency"): the first, then one after each wait (``first``, doubling, at most
+    ``longest``), as if a micro-batch itself took no time."""
+    pulls, spent, wait = 1, 0.0, first
+    while spent + wait <= seconds:
+        pulls, spent, wait = pulls + 1, spent + wait, min(longest, wait * 2)
+    return pulls
+
+
 def test_an_idle_port_does_not_spin_and_new_data_still_arrives(spark: Any, tmp_path: Path) -> None:
     with ServerProcess("--output-port", "out") as srv:
-        df = _reader(spark, srv.url, tmp_path, idlePollInterval="1 sec")
+        df = _reader(spark, srv.url, tmp_path, idlePollMinInterval="100 ms", idlePollInterval="1 sec")
         name = f"q_{uuid.uuid4().hex[:8]}"
         q = df.writeStream.format("memory").queryName(name).option("checkpointLocation", str(tmp_path / "chk")).start()
+
+        def pulls() -> int:
+            return sum(t["direction"] == "receive" for t in srv.admin.transactions())
+
         try:
             wait_for(lambda: q.lastProgress is not None, 60, "the first micro-batch")
-            started = time.monotonic()
+            started, entries, pulled = time.monotonic(), len(_offsets(tmp_path / "chk")), pulls()
             time.sleep(4)  # an idle stretch: Spark polls latestOffset every ~10 ms meanwhile
-            idle = time.monotonic() - started
-            entries = len(_offsets(tmp_path / "chk"))
-            # at most one empty pull (one offset-log entry) per idle interval, plus the first
-            assert entries <= 2 + idle / 1.0, entries
-            pulls = [t for t in srv.admin.transactions() if t["direction"] == "receive"]
-            assert 1 <= len(pulls) <= 2 + idle / 1.0, len(pulls)  # empty pulls, not one per poll
+            # at most one empty pull (one offset-log entry) after each wait of the back-off (the most
+            # when the stretch starts with the shortest wait)
+            most = _most_idle_pulls(time.monotonic() - started, 0.1, 1.0)
+            entries = len(_offsets(tmp_path / "chk")) - entries
+            assert entries <= most, (entries, most)
+            assert pulled >= 1 and pulls() - pulled <= most, (pulls() - pulled, most)  # not one per poll
             srv.admin.enqueue("out", _flowfiles("wake", 7))
             wait_for(lambda: spark.sql(f"select count(*) c from {name}").collect()[0].c == 7, 60,
                      "the 7 FlowFiles queued after the idle stretch")

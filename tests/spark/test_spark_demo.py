@@ -56,7 +56,7 @@ def test_the_spark_demo_round_trip_succeeds() -> None:
         return found[0]
 
     line(r"s2s demo: reference server with 2 nodes at http://127\.0\.0\.1:\d+/nifi, http://127\.0\.0\.1:\d+/nifi "
-         r"\('from-spark' -> 'to-spark', 'records-from-spark' -> 'records-to-spark'\)")
+         r"\('from-spark' -> 'to-spark', 'records-from-spark' -> 'records-to-spark', 'latency-in' -> 'latency-out'\)")
     # Spark's start-up, apart from the connector's figures
     line(rf"Spark start-up, paid once per SparkSession \(Spark's, not the connector's\): {_SECS}")
     line(rf"  session {_SECS}; first queries through nifi-s2s, 10,000 rows each: writeStream {_SECS}, "
@@ -66,12 +66,15 @@ def test_the_spark_demo_round_trip_succeeds() -> None:
     w = line(rf"  one row per FlowFile  writeStream +200,000 rows -> 'from-spark' +{_SECS} +{_RATE} \({_RATE}\), "
              rf"\d+ micro-batch(?:es)?; {_NODES}")
     r = line(rf" +readStream +200,000 rows <- 'to-spark' +{_SECS} +{_RATE} \({_RATE}\), into Parquet files; {_NODES}")
+    lat = line(r" +latency +200 FlowFiles at 50/s, one a transaction, into a running readStream: "
+               r"p50 ([\d,]+) ms, p99 ([\d,]+) ms \(send to foreachBatch\)")
+    assert 0 < int(lat[1].replace(",", "")) <= int(lat[2].replace(",", "")), out
     rw = line(rf"  recordFormat=parquet  df\.write +1,000,000 rows -> 'records-from-spark' +{_SECS} +{_RATE}, "
               r"\d+\.\dx one row per FlowFile; 100 FlowFiles")
     rr = line(rf" +spark\.read +1,000,000 rows <- 'records-to-spark' +{_SECS} +{_RATE}, \d+\.\dx; "
               r"typed rows into Parquet files")
     assert _node_total(w[1]) == _node_total(r[1]) == 200_000, out
-    order = [lines.index(m.string) for m in (w, r, rw, rr)]
+    order = [lines.index(m.string) for m in (w, r, lat, rw, rr)]
     assert order == sorted(order), out
     assert lines.index("steady state, after that warm-up (each query's wall time; in brackets: inside its "
                        "micro-batches):") < order[0]
