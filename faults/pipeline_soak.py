@@ -242,6 +242,13 @@ class Histogram:
 # -- the driver processes ----------------------------------------------------------------------------
 
 
+#: Spark's status-store caps for a long-running streaming driver (defaults: 1,000 / 1,000 / 1,000 /
+#: 100,000), so its memory reaches its plateau within minutes, not hours
+LONG_RUNNING_CONF = {"spark.ui.retainedJobs": "100", "spark.ui.retainedStages": "100",
+                     "spark.sql.ui.retainedExecutions": "50", "spark.ui.retainedTasks": "2000",
+                     "spark.ui.retainedDeadExecutors": "10"}
+
+
 def driver_main(config_path: str) -> int:
     """One Spark driver (``--driver CONFIG``): its query runs until the process is killed; a failed
     query is restarted from its checkpoint in the process (after 5 failures in a row the process
@@ -251,7 +258,11 @@ def driver_main(config_path: str) -> int:
 
     spark = local_session(f"pipeline-soak-{cfg['query']}", **{
         "spark.master": "local[2,4]", "spark.driver.memory": cfg["driver_memory"],
-        "spark.driver.extraJavaOptions": "-XX:+UseSerialGC"})
+        "spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
+        # what a driver meant to run for weeks sets (docs/spark.md "Queries that run for weeks"):
+        # Spark's status store keeps the last 1,000 jobs, stages and SQL executions and 100,000
+        # tasks by default, UI or not, which at a micro-batch a second takes hours to fill
+        **LONG_RUNNING_CONF})
     common = {"url": cfg["url"], "timeout": f"{CLIENT_TIMEOUT:g} sec", "penalizationPeriod": "1 sec",
               "peerAddressMap": cfg["address_map"], "peerRefreshInterval": "10 sec"}
     source = {**common, "stagingLocation": cfg["staging"], "idlePollInterval": "1 sec",
