@@ -62,6 +62,7 @@ import threading
 import time
 import zlib
 from array import array
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -129,6 +130,16 @@ def _value(rid: int) -> str:
     return format(zlib.crc32(b"r%d" % rid), "08x") * 2
 
 
+#: how many recent de-dup keys each book keeps as text (a second copy usually comes within minutes)
+RECENT_LABELS = 50_000
+
+
+def _key_label(attrs: dict[str, str]) -> str:
+    """A de-dup key as text: ``batch/partition/sequence`` and the query id's first 8 characters."""
+    return (f"{attrs.get('spark.batch.id', '')}/{attrs.get('spark.partition.id', '')}/"
+            f"{attrs.get('spark.sequence', '')} q{attrs.get('spark.query.id', '')[:8]}")
+
+
 def _key_hash(attrs: dict[str, str]) -> int:
     key = tuple(attrs.get(a, "") for a in DEDUP_ATTRIBUTES)
     if "" in key:
@@ -148,6 +159,10 @@ class Book:
         self.keys = array("I")
         self.copies = bytearray()
         self.other_keys: dict[int, set[int]] = {}
+        #: the recent arrivals' keys as text (batch/partition/sequence, query id), so an id under a
+        #: second key can be told: read twice by the source (another batch) or re-sent by the sink
+        self.labels: OrderedDict[int, str] = OrderedDict()
+        self.other_labels: dict[int, list[str]] = {}
         self.in_doubt: dict[int, int] = {}
         self.sent = 0  # ids 0 .. sent-1 were committed (or sent in doubt and then again)
         self.arrived = 0
@@ -155,7 +170,8 @@ class Book:
 
     @property
     def nbytes(self) -> int:
-        return self.keys.itemsize * len(self.keys) + len(self.copies)
+        # a recent key's text: ~160 bytes with its dict entry (an estimate)
+        return self.keys.itemsize * len(self.keys) + len(self.copies) + 160 * len(self.labels)
 
     def committed(self, upto: int) -> None:
         with self._lock:
@@ -170,8 +186,12 @@ class Book:
             for u in units:
                 self.in_doubt[u] = self.in_doubt.get(u, 0) + 1
 
-    def record(self, ids: Iterable[int], key: int) -> None:
+    def record(self, ids: Iterable[int], key: int, label: str | None = None) -> None:
         with self._lock:
+            if label is not None:
+                self.labels[key] = label
+                if len(self.labels) > RECENT_LABELS:
+                    self.labels.popitem(last=False)
             for i in ids:
                 if i < 0 or i >= self.sent:
                     self.unexpected += 1
@@ -184,6 +204,9 @@ class Book:
                     self.keys[i] = key
                 elif first != key:
                     self.other_keys.setdefault(i, set()).add(key)
+                    if len(self.other_labels) < 1000:
+                        seen = self.other_labels.setdefault(i, [self.labels.get(first, "(older)")])
+                        seen.append(label or "?")
 
     def missing(self) -> int:
         with self._lock:
@@ -202,6 +225,7 @@ class Book:
             return {"ids": n, "lost": lost, "first_lost": first_lost, "copies_beyond_first": copies,
                     "under_other_keys": len(self.other_keys), "in_doubt_units": len(self.in_doubt),
                     "unexplained": len(unexplained), "unexplained_ids": sorted(unexplained)[:10],
+                    "unexplained_keys": {i: self.other_labels.get(i, []) for i in sorted(unexplained)[:5]},
                     "unexpected": self.unexpected}
 
 
@@ -554,6 +578,18 @@ class _Soak:
                     raise
                 time.sleep(0.2)
 
+    def _keep_logs(self) -> None:
+        """The server's and the drivers' logs, gzipped beside the samples (the work directory goes)."""
+        import gzip
+
+        logs = self.out / "logs"
+        for path in [self.work / "server.log", *sorted(self.work.glob("*/driver.log"))]:
+            if path.exists():
+                logs.mkdir(parents=True, exist_ok=True)
+                name = path.name if path.parent == self.work else f"{path.parent.name}-{path.name}"
+                with open(path, "rb") as src, gzip.open(logs / f"{name}.gz", "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+
     def _produce(self, query: str, client: SiteToSiteClient) -> None:
         try:
             self._producer(query, client)
@@ -600,7 +636,7 @@ class _Soak:
             key = _key_hash(attrs)
             if query == "flowfile":
                 fid = id_of(attrs, content)
-                book.record([int(fid[1:])], key)
+                book.record([int(fid[1:])], key, _key_label(attrs))
                 hist.add(now - int(attrs["soak.sent"]))
                 n += 1
                 continue
@@ -617,7 +653,7 @@ class _Soak:
                     raise AssertionError(f"record {rid}: v {rec['v']!r} is not its id's")
                 ids.append(rid)
                 hist.add(now - int(rec["sent"]))
-            book.record(ids, key)
+            book.record(ids, key, _key_label(attrs))
             n += len(ids)
         with self.hist_lock:
             self.hist[query].merge(hist)
@@ -889,6 +925,7 @@ class _Soak:
                 proxy.close()
                 srv.close()
                 self.query_restarts = {q: d.restarts() for q, d in drivers.items()}  # from the drivers' logs
+                self._keep_logs()
                 shutil.rmtree(self.work, ignore_errors=True)
         outcome = self._verdict(srv, drivers, drain)
         (self.out / "outcome.json").write_text(json.dumps(asdict(outcome), indent=1, default=str))
@@ -911,7 +948,8 @@ class _Soak:
                          f"after a {drain:.0f} s drain")
             if t["unexplained"]:
                 v.append(f"{q}: {t['unexplained']} ids arrived under more de-dup keys than in-doubt sends explain: "
-                         f"{t['unexplained_ids']}")
+                         f"{t['unexplained_ids']}; keys (batch/partition/sequence, first first): "
+                         f"{t.get('unexplained_keys', {})}")
             if t["unexpected"]:
                 v.append(f"{q}: {t['unexpected']} arrivals of ids that were never sent")
         if len(self.schemas) != 1:
