@@ -106,6 +106,8 @@ class SoakConfig:
     #: a query's in-doubt uuids are kept this long (the source's inDoubtRetention; 24 h by default,
     #: shorter here so that in-doubt/ reaches its steady state within the run)
     in_doubt_retention: str = "5 min"
+    #: more options of both queries' readStream (``--source-option KEY=VALUE``)
+    source_options: dict[str, str] = field(default_factory=dict)
     driver_memory: str = "1g"
     progress: Callable[[str], None] = field(default=lambda line: None)
 
@@ -290,7 +292,7 @@ def driver_main(config_path: str) -> int:
     common = {"url": cfg["url"], "timeout": f"{CLIENT_TIMEOUT:g} sec", "penalizationPeriod": "1 sec",
               "peerAddressMap": cfg["address_map"], "peerRefreshInterval": "10 sec"}
     source = {**common, "stagingLocation": cfg["staging"], "idlePollInterval": "1 sec",
-              "inDoubtRetention": cfg["in_doubt_retention"]}
+              "inDoubtRetention": cfg["in_doubt_retention"], **cfg.get("source_options", {})}
     sink = {**common, "commitMode": "task", "checkpointLocation": cfg["checkpoint"]}
     if cfg["query"] == "flowfile":
         source |= {"portName": "out", "maxFlowFilesPerTrigger": "5000", "batchCount": "1000"}
@@ -872,7 +874,7 @@ class _Soak:
                 srv.start_fresh()
                 proxy.start()
                 config = {"url": srv.url, "address_map": proxy.address_map, "driver_memory": cfg.driver_memory,
-                          "in_doubt_retention": cfg.in_doubt_retention}
+                          "in_doubt_retention": cfg.in_doubt_retention, "source_options": dict(cfg.source_options)}
                 for q in QUERIES:
                     drivers[q] = Driver(q, self.work, config)
                     drivers[q].start()
@@ -1313,6 +1315,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="seconds between faults (default 30,90)")
     p.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset of: " + ", ".join(FAULTS))
     p.add_argument("--replicas", type=int, default=1)
+    p.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an option of both queries' readStream, e.g. idleProbeInterval=0 (repeatable)")
     p.add_argument("--plot", metavar="CSV", help="only draw CSV's plot next to it and exit")
     p.add_argument("--judge", metavar="DIR", help="only judge a finished run's DIR again and print the verdict")
     p.add_argument("--week-bound", type=float, default=0.10,
@@ -1341,6 +1345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = SoakConfig(minutes=args.minutes, seed=seed, out_dir=args.out or f"pipeline-soak-{seed}",
                      ff_rate=args.ff_rate, record_rate=args.record_rate, records_per_flowfile=args.records_per_flowfile,
                      fault_every=args.fault_every, faults=faults, replicas=args.replicas, week_bound=args.week_bound,
+                     source_options=dict(o.split("=", 1) for o in args.source_option),
                      progress=(lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr,
                                                                                            flush=True)))
     print(f"faults.pipeline_soak: seed {seed}, {args.minutes:g} min, {args.ff_rate:g} FlowFiles/s + "
