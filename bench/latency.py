@@ -616,6 +616,7 @@ def main(argv: list[str] | None = None) -> int:
     cells: list[Cell] = []
     idle: tuple[float, int] | None = None
     loads_avg: list[str] = []
+    failures: list[str] = []  #: queries whose cells failed (the run goes on with the next query)
     seen = Seen()
     started = time.time()
     try:
@@ -626,51 +627,57 @@ def main(argv: list[str] | None = None) -> int:
             load = Load(url)
             try:
                 for spec in specs:
-                    qwork = work / spec.name.replace("/", "-")
-                    if spec.source == "rate":
-                        for rnd in range(args.rounds):
-                            for rate in args.loads:
-                                cell = run_rate_cell(spark, spec, load, seen, url, qwork, rate, args.seconds, rnd)
-                                cells.append(cell)
-                                save(cells, args.json)
-                                print(line(cell), flush=True)
-                        continue
-                    df = source_df(spark, spec, url, qwork, load.feeder_port, 50, source_options)
-                    q = start_query(spark, spec, df, url, qwork, seen)
                     try:
-                        warm = load.send(50, 1, WARM_SECONDS, "nifi" if spec.source == "ours" else "feeder",
-                                         spec.mode)
-                        collect(spec, load, seen, {i for i, _ in warm["sent"]}, None, timeout=120)
-                        if spec == Spec("ours", "flowfile", "e2e") and args.idle_seconds > 0:
-                            time.sleep(5)  # past the idle back-off's first waits
-                            idle = idle_rate(url, args.idle_seconds)
-                            print(f"idle: {idle[0]:.2f} receive transactions/s on the empty port "
-                                  f"({idle[1]} in {args.idle_seconds:.0f} s, one partition)", flush=True)
-                        for rnd in range(args.rounds):
-                            for rate in args.loads:
-                                for per_tx in ((1, max(1, round(rate * BATCH_EVERY))) if rate < 5000
-                                               else (max(1, round(rate * BATCH_EVERY)),)):
-                                    cell = measure_cell(spec, load, seen, q, url, rate, per_tx, args.seconds, rnd)
+                        qwork = work / spec.name.replace("/", "-")
+                        if spec.source == "rate":
+                            for rnd in range(args.rounds):
+                                for rate in args.loads:
+                                    cell = run_rate_cell(spark, spec, load, seen, url, qwork, rate, args.seconds, rnd)
+                                    cells.append(cell)
+                                    save(cells, args.json)
+                                    print(line(cell), flush=True)
+                            continue
+                        df = source_df(spark, spec, url, qwork, load.feeder_port, 50, source_options)
+                        q = start_query(spark, spec, df, url, qwork, seen)
+                        try:
+                            warm = load.send(50, 1, WARM_SECONDS, "nifi" if spec.source == "ours" else "feeder",
+                                             spec.mode)
+                            collect(spec, load, seen, {i for i, _ in warm["sent"]}, None, timeout=120)
+                            if spec == Spec("ours", "flowfile", "e2e") and args.idle_seconds > 0:
+                                time.sleep(5)  # past the first probes (or the idle back-off's first waits)
+                                idle = idle_rate(url, args.idle_seconds)
+                                print(f"idle: {idle[0]:.2f} receive transactions/s on the empty port "
+                                      f"({idle[1]} in {args.idle_seconds:.0f} s, one node: the probes, or the empty pulls "
+                                      f"without them)", flush=True)
+                            for rnd in range(args.rounds):
+                                for rate in args.loads:
+                                    for per_tx in ((1, max(1, round(rate * BATCH_EVERY))) if rate < 5000
+                                                   else (max(1, round(rate * BATCH_EVERY)),)):
+                                        cell = measure_cell(spec, load, seen, q, url, rate, per_tx, args.seconds, rnd)
+                                        cells.append(cell)
+                                        save(cells, args.json)
+                                        print(line(cell), flush=True)
+                                        if cell.phases:
+                                            print("    phases: " + phase_line(cell.phases), flush=True)
+                                        print(f"    Spark: {progress_split(cell.progress)}", flush=True)
+                                        time.sleep(1)
+                                if args.quiet_seconds > 0 and spec.mode == "flowfile":
+                                    cell = measure_cell(spec, load, seen, q, url, 0, 1, args.quiet_seconds, rnd)
                                     cells.append(cell)
                                     save(cells, args.json)
                                     print(line(cell), flush=True)
                                     if cell.phases:
                                         print("    phases: " + phase_line(cell.phases), flush=True)
                                     print(f"    Spark: {progress_split(cell.progress)}", flush=True)
-                                    time.sleep(1)
-                            if args.quiet_seconds > 0 and spec.mode == "flowfile":
-                                cell = measure_cell(spec, load, seen, q, url, 0, 1, args.quiet_seconds, rnd)
-                                cells.append(cell)
-                                save(cells, args.json)
-                                print(line(cell), flush=True)
-                                if cell.phases:
-                                    print("    phases: " + phase_line(cell.phases), flush=True)
-                                print(f"    Spark: {progress_split(cell.progress)}", flush=True)
-                        loads_avg.append(" ".join(f"{x:.2f}" for x in os.getloadavg()))
-                    finally:
-                        q.stop()
-                    if q.exception() is not None:
-                        raise RuntimeError(f"{spec.name}: the query failed: {q.exception()}")
+                            loads_avg.append(" ".join(f"{x:.2f}" for x in os.getloadavg()))
+                        finally:
+                            q.stop()
+                        if q.exception() is not None:
+                            raise RuntimeError(f"{spec.name}: the query failed: {q.exception()}")
+                    except Exception as exc:  # noqa: BLE001 (a failing cell is reported; the others run)
+                        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+                        failures.append(f"{spec.name}: {type(exc).__name__}: {first}")
+                        print(f"FAILED {failures[-1]}", flush=True)
             finally:
                 load.stop()
     finally:
@@ -678,7 +685,9 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     summary(cells, args, idle, loads_avg, time.time() - started, source_options)
     save(cells, args.json)
-    return 0
+    for failure in failures:
+        print(f"FAILED (its cells are missing above): {failure}", flush=True)
+    return 1 if failures else 0
 
 
 def save(cells: list[Cell], path: Path | None) -> None:
@@ -729,7 +738,7 @@ def summary(cells: list[Cell], args: argparse.Namespace, idle: tuple[float, int]
               f"{med(lambda c: pct(c.latencies_ms, .9)):.0f} | {med(lambda c: pct(c.latencies_ms, .99)):.0f} | "
               f"{med(lambda c: max(c.latencies_ms, default=float('nan'))):.0f} |")
     if idle is not None:
-        print(f"idle: {idle[0]:.2f} receive transactions/s on the empty port, one partition")
+        print(f"idle: {idle[0]:.2f} receive transactions/s on the empty port, one node")
 
 
 if __name__ == "__main__":

@@ -62,6 +62,7 @@ import threading
 import time
 import zlib
 from array import array
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -105,6 +106,8 @@ class SoakConfig:
     #: a query's in-doubt uuids are kept this long (the source's inDoubtRetention; 24 h by default,
     #: shorter here so that in-doubt/ reaches its steady state within the run)
     in_doubt_retention: str = "5 min"
+    #: more options of both queries' readStream (``--source-option KEY=VALUE``)
+    source_options: dict[str, str] = field(default_factory=dict)
     driver_memory: str = "1g"
     progress: Callable[[str], None] = field(default=lambda line: None)
 
@@ -129,6 +132,16 @@ def _value(rid: int) -> str:
     return format(zlib.crc32(b"r%d" % rid), "08x") * 2
 
 
+#: how many recent de-dup keys each book keeps as text (a second copy usually comes within minutes)
+RECENT_LABELS = 50_000
+
+
+def _key_label(attrs: dict[str, str]) -> str:
+    """A de-dup key as text: ``batch/partition/sequence`` and the query id's first 8 characters."""
+    return (f"{attrs.get('spark.batch.id', '')}/{attrs.get('spark.partition.id', '')}/"
+            f"{attrs.get('spark.sequence', '')} q{attrs.get('spark.query.id', '')[:8]}")
+
+
 def _key_hash(attrs: dict[str, str]) -> int:
     key = tuple(attrs.get(a, "") for a in DEDUP_ATTRIBUTES)
     if "" in key:
@@ -148,6 +161,10 @@ class Book:
         self.keys = array("I")
         self.copies = bytearray()
         self.other_keys: dict[int, set[int]] = {}
+        #: the recent arrivals' keys as text (batch/partition/sequence, query id), so an id under a
+        #: second key can be told: read twice by the source (another batch) or re-sent by the sink
+        self.labels: OrderedDict[int, str] = OrderedDict()
+        self.other_labels: dict[int, list[str]] = {}
         self.in_doubt: dict[int, int] = {}
         self.sent = 0  # ids 0 .. sent-1 were committed (or sent in doubt and then again)
         self.arrived = 0
@@ -155,7 +172,8 @@ class Book:
 
     @property
     def nbytes(self) -> int:
-        return self.keys.itemsize * len(self.keys) + len(self.copies)
+        # a recent key's text: ~160 bytes with its dict entry (an estimate)
+        return self.keys.itemsize * len(self.keys) + len(self.copies) + 160 * len(self.labels)
 
     def committed(self, upto: int) -> None:
         with self._lock:
@@ -170,8 +188,12 @@ class Book:
             for u in units:
                 self.in_doubt[u] = self.in_doubt.get(u, 0) + 1
 
-    def record(self, ids: Iterable[int], key: int) -> None:
+    def record(self, ids: Iterable[int], key: int, label: str | None = None) -> None:
         with self._lock:
+            if label is not None:
+                self.labels[key] = label
+                if len(self.labels) > RECENT_LABELS:
+                    self.labels.popitem(last=False)
             for i in ids:
                 if i < 0 or i >= self.sent:
                     self.unexpected += 1
@@ -184,6 +206,9 @@ class Book:
                     self.keys[i] = key
                 elif first != key:
                     self.other_keys.setdefault(i, set()).add(key)
+                    if len(self.other_labels) < 1000:
+                        seen = self.other_labels.setdefault(i, [self.labels.get(first, "(older)")])
+                        seen.append(label or "?")
 
     def missing(self) -> int:
         with self._lock:
@@ -202,6 +227,7 @@ class Book:
             return {"ids": n, "lost": lost, "first_lost": first_lost, "copies_beyond_first": copies,
                     "under_other_keys": len(self.other_keys), "in_doubt_units": len(self.in_doubt),
                     "unexplained": len(unexplained), "unexplained_ids": sorted(unexplained)[:10],
+                    "unexplained_keys": {i: self.other_labels.get(i, []) for i in sorted(unexplained)[:5]},
                     "unexpected": self.unexpected}
 
 
@@ -242,6 +268,13 @@ class Histogram:
 # -- the driver processes ----------------------------------------------------------------------------
 
 
+#: Spark's status-store caps for a long-running streaming driver (defaults: 1,000 / 1,000 / 1,000 /
+#: 100,000), so its memory reaches its plateau within minutes, not hours
+LONG_RUNNING_CONF = {"spark.ui.retainedJobs": "100", "spark.ui.retainedStages": "100",
+                     "spark.sql.ui.retainedExecutions": "50", "spark.ui.retainedTasks": "2000",
+                     "spark.ui.retainedDeadExecutors": "10"}
+
+
 def driver_main(config_path: str) -> int:
     """One Spark driver (``--driver CONFIG``): its query runs until the process is killed; a failed
     query is restarted from its checkpoint in the process (after 5 failures in a row the process
@@ -251,11 +284,15 @@ def driver_main(config_path: str) -> int:
 
     spark = local_session(f"pipeline-soak-{cfg['query']}", **{
         "spark.master": "local[2,4]", "spark.driver.memory": cfg["driver_memory"],
-        "spark.driver.extraJavaOptions": "-XX:+UseSerialGC"})
+        "spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
+        # what a driver meant to run for weeks sets (docs/spark.md "Queries that run for weeks"):
+        # Spark's status store keeps the last 1,000 jobs, stages and SQL executions and 100,000
+        # tasks by default, UI or not, which at a micro-batch a second takes hours to fill
+        **LONG_RUNNING_CONF})
     common = {"url": cfg["url"], "timeout": f"{CLIENT_TIMEOUT:g} sec", "penalizationPeriod": "1 sec",
               "peerAddressMap": cfg["address_map"], "peerRefreshInterval": "10 sec"}
     source = {**common, "stagingLocation": cfg["staging"], "idlePollInterval": "1 sec",
-              "inDoubtRetention": cfg["in_doubt_retention"]}
+              "inDoubtRetention": cfg["in_doubt_retention"], **cfg.get("source_options", {})}
     sink = {**common, "commitMode": "task", "checkpointLocation": cfg["checkpoint"]}
     if cfg["query"] == "flowfile":
         source |= {"portName": "out", "maxFlowFilesPerTrigger": "5000", "batchCount": "1000"}
@@ -543,6 +580,18 @@ class _Soak:
                     raise
                 time.sleep(0.2)
 
+    def _keep_logs(self) -> None:
+        """The server's and the drivers' logs, gzipped beside the samples (the work directory goes)."""
+        import gzip
+
+        logs = self.out / "logs"
+        for path in [self.work / "server.log", *sorted(self.work.glob("*/driver.log"))]:
+            if path.exists():
+                logs.mkdir(parents=True, exist_ok=True)
+                name = path.name if path.parent == self.work else f"{path.parent.name}-{path.name}"
+                with open(path, "rb") as src, gzip.open(logs / f"{name}.gz", "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+
     def _produce(self, query: str, client: SiteToSiteClient) -> None:
         try:
             self._producer(query, client)
@@ -589,7 +638,7 @@ class _Soak:
             key = _key_hash(attrs)
             if query == "flowfile":
                 fid = id_of(attrs, content)
-                book.record([int(fid[1:])], key)
+                book.record([int(fid[1:])], key, _key_label(attrs))
                 hist.add(now - int(attrs["soak.sent"]))
                 n += 1
                 continue
@@ -606,7 +655,7 @@ class _Soak:
                     raise AssertionError(f"record {rid}: v {rec['v']!r} is not its id's")
                 ids.append(rid)
                 hist.add(now - int(rec["sent"]))
-            book.record(ids, key)
+            book.record(ids, key, _key_label(attrs))
             n += len(ids)
         with self.hist_lock:
             self.hist[query].merge(hist)
@@ -825,7 +874,7 @@ class _Soak:
                 srv.start_fresh()
                 proxy.start()
                 config = {"url": srv.url, "address_map": proxy.address_map, "driver_memory": cfg.driver_memory,
-                          "in_doubt_retention": cfg.in_doubt_retention}
+                          "in_doubt_retention": cfg.in_doubt_retention, "source_options": dict(cfg.source_options)}
                 for q in QUERIES:
                     drivers[q] = Driver(q, self.work, config)
                     drivers[q].start()
@@ -878,6 +927,7 @@ class _Soak:
                 proxy.close()
                 srv.close()
                 self.query_restarts = {q: d.restarts() for q, d in drivers.items()}  # from the drivers' logs
+                self._keep_logs()
                 shutil.rmtree(self.work, ignore_errors=True)
         outcome = self._verdict(srv, drivers, drain)
         (self.out / "outcome.json").write_text(json.dumps(asdict(outcome), indent=1, default=str))
@@ -900,7 +950,8 @@ class _Soak:
                          f"after a {drain:.0f} s drain")
             if t["unexplained"]:
                 v.append(f"{q}: {t['unexplained']} ids arrived under more de-dup keys than in-doubt sends explain: "
-                         f"{t['unexplained_ids']}")
+                         f"{t['unexplained_ids']}; keys (batch/partition/sequence, first first): "
+                         f"{t.get('unexplained_keys', {})}")
             if t["unexpected"]:
                 v.append(f"{q}: {t['unexpected']} arrivals of ids that were never sent")
         if len(self.schemas) != 1:
@@ -1264,6 +1315,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="seconds between faults (default 30,90)")
     p.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset of: " + ", ".join(FAULTS))
     p.add_argument("--replicas", type=int, default=1)
+    p.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an option of both queries' readStream, e.g. idleProbeInterval=0 (repeatable)")
     p.add_argument("--plot", metavar="CSV", help="only draw CSV's plot next to it and exit")
     p.add_argument("--judge", metavar="DIR", help="only judge a finished run's DIR again and print the verdict")
     p.add_argument("--week-bound", type=float, default=0.10,
@@ -1292,6 +1345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = SoakConfig(minutes=args.minutes, seed=seed, out_dir=args.out or f"pipeline-soak-{seed}",
                      ff_rate=args.ff_rate, record_rate=args.record_rate, records_per_flowfile=args.records_per_flowfile,
                      fault_every=args.fault_every, faults=faults, replicas=args.replicas, week_bound=args.week_bound,
+                     source_options=dict(o.split("=", 1) for o in args.source_option),
                      progress=(lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr,
                                                                                            flush=True)))
     print(f"faults.pipeline_soak: seed {seed}, {args.minutes:g} min, {args.ff_rate:g} FlowFiles/s + "

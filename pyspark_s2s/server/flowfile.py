@@ -123,6 +123,30 @@ class Content:
             self.size = 0
 
 
+class ContentPath:
+    """A durable content file (``--data-dir``) that is opened at its first read, not before: a
+    server that restarts with many FlowFiles queued holds no descriptor per FlowFile (a queue of
+    100,000 would run out of them). What :class:`Content` needs of a file: ``fileno()`` and
+    ``close()``; the store unlinks the file only once the FlowFile has left the queue, after its
+    reads."""
+
+    __slots__ = ("_fh", "_path")
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._path = path
+        self._fh: Any = None
+
+    def fileno(self) -> int:
+        if self._fh is None:
+            self._fh = open(self._path, "rb")  # noqa: SIM115 - closed by close() (Content.release)
+        return int(self._fh.fileno())
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
 class ContentWriter:
     """Builds a :class:`Content` piece by piece; switches to a temp file above SPOOL_LIMIT.
 

@@ -37,7 +37,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from pyspark_s2s.server.flowfile import Content, FlowFile, WireFlowFile
+from pyspark_s2s.server.flowfile import Content, ContentPath, FlowFile, WireFlowFile
 
 __all__ = ["NodeStore", "write_json_atomic"]
 
@@ -127,10 +127,8 @@ class NodeStore:
                 runs[run] = (self.content_dir / run).read_bytes()
             return WireFlowFile((runs[run], start, end, size, uuid_at, run))
         fid, attrs, size = item
-        path = self.content_dir / fid
-        # an open read-only handle: Content reads it with pread
-        fh = open(path, "rb")  # noqa: SIM115 - owned by the Content, closed by release()
-        return FlowFile(dict(attrs), Content(file=fh, size=size), id=fid)
+        # opened at its first read (Content reads it with pread): no descriptor per queued FlowFile
+        return FlowFile(dict(attrs), Content(file=ContentPath(self.content_dir / fid), size=size), id=fid)
 
     def _apply(self, record: dict[str, Any]) -> None:
         op = record["op"]

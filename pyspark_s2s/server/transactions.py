@@ -146,9 +146,12 @@ class TransactionTable:
         with self.lock:
             if not tx.active:
                 return
+            held = bool(tx.flowfiles) or tx.state is not ServerState.CREATED
             self._rollback(tx)
             self._finish(tx, ServerEvent.EXPIRE, "expired")
-            logger.info("transaction %s expired and was rolled back", tx.id)
+            # one that never moved data (e.g. a receive that found the port empty: NiFi keeps it
+            # until its TTL too) expires quietly, as NiFi's maintenance task does (debug)
+            logger.log(logging.INFO if held else logging.DEBUG, "transaction %s expired and was rolled back", tx.id)
 
     def begin_transfer(self, tx: Transaction) -> None:
         with self.lock:

@@ -214,18 +214,29 @@ SPARK_ONLY_OPTIONS: tuple[Option, ...] = (
          "Source. Minimum number of partitions (Spark tasks, each reading one NiFi node) per micro-batch. "
          "Without it every peer with a non-zero RECEIVE weight gets one partition; extra partitions go to "
          "the busiest peers.", default_doc="one per peer"),
+    _row("idleProbeInterval", "idle_probe_interval", _dur, 0.05, "duration",
+         "Source. While the port looks drained (the last micro-batch found it empty, or every partition "
+         "emptied its node), the driver plans no micro-batch: every this long it asks each readable node for "
+         "one FlowFile in a receive transaction that it cancels at once (NiFi keeps the FlowFile queued; "
+         "nothing is consumed), and plans the next micro-batch as soon as a node has one. A FlowFile that "
+         "comes to an idle port waits about half this long before Spark starts on it. Each probe of an empty "
+         "port is 2 HTTP requests (one round trip on RAW) per node. 0: no probes; empty micro-batches poll "
+         "the port at the `idlePollMinInterval`/`idlePollInterval` back-off (`docs/spark.md`, \"Low "
+         "latency\").",
+         default_doc="50 ms"),
     _row("idlePollInterval", "idle_poll_interval", _dur, 1.0, "duration",
-         "Source. The longest wait before pulling again after a micro-batch that found the port empty: "
-         "the first wait is `idlePollMinInterval`, and each further empty micro-batch in a row doubles it up "
-         "to this, so a port that stays empty costs at most one empty pull per partition (and one offset-log "
-         "entry) per interval, and a FlowFile that comes after a long quiet stretch waits up to this long "
-         "for its pull (`docs/spark.md`, \"Low latency\").",
+         "Source. With `idleProbeInterval=0`, or while a node cannot be probed: the longest wait before "
+         "pulling again after a micro-batch that found the port empty: the first wait is "
+         "`idlePollMinInterval`, and each further empty micro-batch in a row doubles it up to this, so a port "
+         "that stays empty costs at most one empty pull per partition (and one offset-log entry) per "
+         "interval, and a FlowFile that comes after a long quiet stretch waits up to this long for its pull "
+         "(`docs/spark.md`, \"Low latency\").",
          default_doc="1 sec"),
     _row("idlePollMinInterval", "idle_poll_min_interval", _positive_duration, 0.05, "duration",
-         "Source. The first wait after a micro-batch that found the port empty (greater than zero); it "
-         "doubles with each further empty micro-batch in a row, up to `idlePollInterval`. A pause in the "
-         "inflow of a few hundred milliseconds then costs a FlowFile that comes after it about this long, not "
-         "`idlePollInterval`. Equal to `idlePollInterval` (or above it): a fixed wait, no back-off.",
+         "Source. With `idleProbeInterval=0`, or while a node cannot be probed: the first wait after a "
+         "micro-batch that found the port empty (greater than zero); it doubles with each further empty "
+         "micro-batch in a row, up to `idlePollInterval`. Equal to `idlePollInterval` (or above it): a fixed "
+         "wait, no back-off.",
          default_doc="50 ms"),
     _row("inDoubtRetention", "in_doubt_retention", _dur, 86400.0, "duration",
          "Source. How long the uuids of an in-doubt round are remembered: a round whose confirm's outcome "
@@ -437,6 +448,7 @@ class SparkOptions:
     max_flow_files_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
     min_partitions: int | None = None
+    idle_probe_interval: float = 0.05
     idle_poll_interval: float = 1.0
     idle_poll_min_interval: float = 0.05
     in_doubt_retention: float = 86400.0

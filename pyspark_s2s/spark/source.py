@@ -17,6 +17,7 @@ import logging
 import time
 import uuid
 from collections.abc import Generator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -263,8 +264,11 @@ class _Driver:
     """What the long-lived driver-side reader keeps between calls (never pickled)."""
 
     def __init__(self, opts: SparkOptions) -> None:
-        self.client = SiteToSiteClient(opts.client)
+        # plans from its peer list; its transactions are the idle probes, one FlowFile at most
+        self.client = SiteToSiteClient(opts.client.replace(batch_count=1))
         self.summaries: dict[int, _BatchSummary | None] = {}
+        #: the idle probes: the micro-batch after which the port looked drained, and the last probe's time
+        self.probed: tuple[int, float] = (-1, 0.0)
         #: the idle back-off: the last micro-batch that found the port empty, when the driver saw it,
         #: and how many empty micro-batches in a row it ends
         self.empty: tuple[int, float, int] = (-1, 0.0, 0)
@@ -284,6 +288,8 @@ class _Driver:
         #: record mode: rows with values in fields the query lacks, and those fields, since the start
         self.unknown_rows = 0
         self.unknown_fields: dict[str, str] = {}
+        #: deletes committed batches' staged data off Spark's critical path (commit())
+        self.forgetter: ThreadPoolExecutor | None = None
 
 
 class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -332,6 +338,11 @@ class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _summary(self, batch: int) -> _BatchSummary | None:
         st = self._state()
         if batch not in st.summaries:
+            # only the last few are asked for again (Trigger.AvailableNow sums its own run's): a
+            # stream that runs for weeks keeps a bounded number
+            keep_from = batch - 16 if st.first_batch is None else min(batch - 16, st.first_batch)
+            for old in [n for n in st.summaries if n < keep_from]:
+                del st.summaries[old]
             manifests = self._staging.manifests(batch_scope(batch))
             st.summaries[batch] = _summarize(manifests) if manifests is not None else None
             summary = st.summaries[batch]
@@ -430,11 +441,15 @@ class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             summary = self._summary(n)
             if st.available_now and self._drained(n, summary):
                 return start
-            if summary is not None and summary.rows == 0 and not st.available_now:
-                if st.empty[0] != n:
+            if summary is not None and not st.available_now:
+                if summary.rows == 0 and st.empty[0] != n:
                     in_a_row = st.empty[2] + 1 if st.empty[0] == n - 1 else 1
                     st.empty = (n, time.monotonic(), in_a_row)
-                if time.monotonic() - st.empty[1] < self._idle_wait(st.empty[2]):
+                found = self._probe(n) if summary.rows == 0 or summary.all_short else True
+                if found is False:
+                    return start
+                if found is None and summary.rows == 0 and \
+                        time.monotonic() - st.empty[1] < self._idle_wait(st.empty[2]):
                     return start
         rows, size = self._caps(limit)
         try:
@@ -466,6 +481,51 @@ class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     ", ".join(f"{e['peer']} x{e['partitions']}" for e in offset["plan"]))
         return offset
 
+    def _probe(self, n: int) -> bool | None:
+        """Micro-batch ``n`` left the port looking drained: does a node hold a FlowFile for it now?
+
+        Every ``idleProbeInterval`` (at once after a new micro-batch) each readable node is asked for
+        one FlowFile in an HTTP receive transaction. An empty port answers the download with 200
+        (nothing is held). A FlowFile is read to its end (streamed, not kept) and the transaction
+        canceled (DELETE responseCode=15): NiFi rolls its session back and the FlowFile stays
+        queued; nothing is consumed. True at the first node that has one; False when none has, or
+        the last probe was less than an interval ago; None when probes are off, the transport is
+        RAW (NiFi's RAW server has no cancel for a receive: dropping the connection would log an
+        error on NiFi each time), or a node could not be asked (the caller falls back to the
+        back-off of empty micro-batches)."""
+        interval = self._opts.idle_probe_interval
+        if interval <= 0 or self._opts.client.transport_protocol != "HTTP":
+            return None
+        st = self._state()
+        now = time.monotonic()
+        if st.probed[0] == n and now - st.probed[1] < interval:
+            return False
+        st.probed = (n, now)
+        client = st.client
+        unsure = False
+        try:
+            peers = [peer for peer, weight in client.peer_statuses(Direction.RECEIVE) if weight > 0]
+        except S2SError as exc:
+            logger.debug("idle probe: cannot list the NiFi peers: %s", exc)
+            return None
+        for peer in peers:
+            try:
+                with client.create_transaction(Direction.RECEIVE, peer=peer) as tx:
+                    if tx.has_data:
+                        # to its end, so NiFi's session is idle when the cancel rolls it back
+                        while tx.receive(stream=True) is not None:  # content streamed past, not kept
+                            pass
+                        tx.cancel("an idle probe only looks whether the port has a FlowFile queued")
+                        logger.debug("idle probe: peer %s:%d has a FlowFile for port %s", peer.hostname,
+                                     peer.port, self._opts.client.port)
+                        return True
+                    tx.confirm()
+                    tx.complete()
+            except S2SError as exc:
+                logger.debug("idle probe of peer %s:%d failed: %s", peer.hostname, peer.port, exc)
+                unsure = True
+        return None if unsure or not peers else False
+
     def _idle_wait(self, in_a_row: int) -> float:
         """Seconds to wait after the ``in_a_row``-th empty micro-batch in a row: ``idlePollMinInterval``
         doubled for each one before it, at most ``idlePollInterval``."""
@@ -488,12 +548,28 @@ class NiFiStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 for p in partitions_of(end)]
 
     def commit(self, end: dict[str, Any]) -> None:
+        """Spark committed up to ``end``: its staged rounds go, on a helper thread, off Spark's
+        critical path (Spark calls this between writing the next batch's offsets and running it).
+        Deleting is cumulative (every batch up to ``end``), so one that fails or is cut short by a
+        crash is done by the next commit, or the restarted query's first."""
         n = int(end["batch"])
         if n >= 0:
+            st = self._state()
+            if st.forgetter is None:
+                st.forgetter = ThreadPoolExecutor(1, thread_name_prefix="nifi-s2s-forget")
+            st.forgetter.submit(self._forget, n)
+
+    def _forget(self, n: int) -> None:
+        try:
             forget_through(self._staging, n, self._opts.in_doubt_retention)
+        except Exception as exc:  # noqa: BLE001 (the next commit deletes it; the query goes on)
+            logger.warning("nifi-s2s source: could not delete the staged data of batches up to %d (%s); "
+                           "the next commit tries again", n, exc)
 
     def stop(self) -> None:
         if self._driver is not None:
+            if self._driver.forgetter is not None:
+                self._driver.forgetter.shutdown(wait=True)
             self._driver.client.close()
             self._driver = None
 

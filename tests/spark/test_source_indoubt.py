@@ -83,6 +83,7 @@ def test_an_in_doubt_round_is_remembered_and_what_nifi_serves_again_is_dropped(s
     assert _uuids(past) == ["id-0", "id-1"]
     reader = NiFiStreamReader(_opts(stagingLocation=str(tmp_path), inDoubtRetention="1 hour"), SOURCE_SCHEMA)
     reader.commit({"batch": 9, "plan": []})
+    reader.stop()  # waits for the commit's deletions (a helper thread does them)
     assert _records(tmp_path) == []
 
 

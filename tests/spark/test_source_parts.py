@@ -682,7 +682,7 @@ def test_a_planned_backlog_keeps_the_rounds_going_past_the_window(srv: ServerPro
     assert _read(srv, staging, backlogged) == rows
 
 
-def test_the_idle_back_off_doubles_from_its_first_wait_up_to_idle_poll_interval(
+def test_without_probes_the_idle_back_off_doubles_from_its_first_wait_up_to_idle_poll_interval(
         srv: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """After a micro-batch that found the port empty the driver plans no pull for
     ``idlePollMinInterval``, then twice that after each further empty one, at most
@@ -697,7 +697,7 @@ def test_the_idle_back_off_doubles_from_its_first_wait_up_to_idle_poll_interval(
     now = [1000.0]
     monkeypatch.setattr(source, "time", SimpleNamespace(monotonic=lambda: now[0], time=time.time))
     opts = SparkOptions.parse({"url": srv.url, "portName": "out", "stagingLocation": str(tmp_path),
-                               "idlePollMinInterval": "100 ms", "idlePollInterval": "700 ms"})
+                               "idleProbeInterval": "0", "idlePollMinInterval": "100 ms", "idlePollInterval": "700 ms"})
     reader = NiFiStreamReader(opts, SOURCE_SCHEMA)
     staging = StagingArea(str(tmp_path))
 
@@ -733,6 +733,106 @@ def test_the_idle_back_off_doubles_from_its_first_wait_up_to_idle_poll_interval(
         assert wait_for_next(offset)[0] == pytest.approx(0.1, abs=0.011)  # ... an empty one starts it again
         pulls = [t for t in srv.admin.transactions() if t["direction"] == "receive"]
         assert len(pulls) == 8  # one transaction per micro-batch run, none while the driver waited
+    finally:
+        reader.stop()
+
+
+@pytest.fixture(scope="module")
+def two_nodes() -> Any:
+    with ServerProcess("--input-port", "in", "--output-port", "out", "--raw-port", "0", "--ttl", "30",
+                       nodes=2) as proc:
+        yield proc
+
+
+def _fake_clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    from types import SimpleNamespace
+
+    from pyspark_s2s.spark import source
+
+    now = [1000.0]
+    monkeypatch.setattr(source, "time", SimpleNamespace(monotonic=lambda: now[0], time=time.time))
+    return now
+
+
+def _run_batch(reader: NiFiStreamReader, opts: SparkOptions, staging: StagingArea, offset: dict[str, Any]) -> int:
+    """What Spark's tasks do with a planned micro-batch: read every partition; the rows read."""
+    return sum(b.num_rows for p in reader.partitions({"batch": int(offset["batch"]) - 1, "plan": []}, offset)
+               for b in read_partition(opts, arrow_source_schema(), p, staging))
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_idle_probes_plan_a_micro_batch_as_soon_as_a_node_has_a_flowfile_and_consume_nothing(
+        request: pytest.FixtureRequest, nodes: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the port looks drained the driver plans no micro-batch, however long it stays empty
+    (``idlePollInterval`` plays no part); every ``idleProbeInterval`` it asks each node for one
+    FlowFile and cancels the transaction. Once a node (with two, the second) has some, the next
+    probe plans the micro-batch, and they are all still queued for it: the probe, which read one
+    and canceled (responseCode 15), took nothing. A micro-batch that empties its node is followed
+    by a probe, not by an empty micro-batch. The driver's clock is a fake one moved 10 ms a step."""
+    from pyspark_s2s.spark.compat import ReadAllAvailable
+
+    srv = request.getfixturevalue("srv" if nodes == 1 else "two_nodes")
+    srv.admin.reset()
+    now = _fake_clock(monkeypatch)
+    opts = SparkOptions.parse({"url": srv.url, "portName": "out", "stagingLocation": str(tmp_path),
+                               "idleProbeInterval": "100 ms", "idlePollMinInterval": "50 ms",
+                               "idlePollInterval": "200 ms"})
+    reader = NiFiStreamReader(opts, SOURCE_SCHEMA)
+    staging = StagingArea(str(tmp_path))
+
+    def receives() -> list[dict[str, Any]]:
+        return [t for k in range(nodes) for t in srv.admin.transactions(node=k) if t["direction"] == "receive"]
+
+    try:
+        offset = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+        assert offset["batch"] == 0 and _run_batch(reader, opts, staging, offset) == 0  # the port is empty
+        before = len(receives())
+        for _ in range(100):  # one fake second, five times idlePollInterval: no micro-batch
+            assert reader.latestOffset(offset, ReadAllAvailable()) is offset
+            now[0] += 0.01
+        assert len(receives()) - before in (10 * nodes, 11 * nodes)  # one a node every 100 ms
+        srv.admin.enqueue("out", [({"uuid": f"p-{i}"}, f"probe {i}".encode()) for i in range(3)], node=nodes - 1)
+        waited = 0.0
+        while (planned := reader.latestOffset(offset, ReadAllAvailable())) is offset:
+            now[0] += 0.01
+            waited += 0.01
+            assert waited < 0.2, "the probes never found the FlowFiles"
+        assert waited <= 0.11 and planned["batch"] == 1
+        found = [t for t in receives() if t["flowFiles"]]
+        assert [(t["flowFiles"], t["outcome"], t["responseCode"]) for t in found] == [(1, "canceled", 15)]
+        assert srv.admin.queued("out", node=nodes - 1) == 3  # the probe took nothing
+        assert _run_batch(reader, opts, staging, planned) == 3 and srv.admin.queued("out", node=nodes - 1) == 0
+        # the micro-batch emptied the node: the next call probes at once and plans nothing
+        probes = len(receives())
+        assert reader.latestOffset(planned, ReadAllAvailable()) is planned
+        assert len(receives()) == probes + nodes
+    finally:
+        reader.stop()
+
+
+def test_over_raw_the_idle_wait_is_the_back_off_of_empty_micro_batches(
+        two_nodes: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NiFi's RAW server has no cancel for a receive transaction (a dropped connection is logged
+    as an error), so over RAW the driver does not probe: after an empty micro-batch the next one
+    is planned after ``idlePollMinInterval``, and nothing asks NiFi in between."""
+    from pyspark_s2s.spark.compat import ReadAllAvailable
+
+    two_nodes.admin.reset()
+    now = _fake_clock(monkeypatch)
+    opts = SparkOptions.parse({"url": two_nodes.url, "portName": "out", "stagingLocation": str(tmp_path),
+                               "transportProtocol": "RAW", "idlePollMinInterval": "100 ms"})
+    reader = NiFiStreamReader(opts, SOURCE_SCHEMA)
+    staging = StagingArea(str(tmp_path))
+    try:
+        offset = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+        assert _run_batch(reader, opts, staging, offset) == 0
+        pulls = sum(len(two_nodes.admin.transactions(node=k)) for k in range(2))
+        steps = 0
+        while (planned := reader.latestOffset(offset, ReadAllAvailable())) is offset:
+            now[0] += 0.01
+            steps += 1
+        assert steps in (10, 11) and planned["batch"] == 1  # 100 ms in 10 ms steps of a float clock
+        assert sum(len(two_nodes.admin.transactions(node=k)) for k in range(2)) == pulls
     finally:
         reader.stop()
 

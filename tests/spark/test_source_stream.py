@@ -147,9 +147,13 @@ def _most_idle_pulls(seconds: float, first: float, longest: float) -> int:
     return pulls
 
 
-def test_an_idle_port_does_not_spin_and_new_data_still_arrives(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("probes", [True, False], ids=["probes", "back-off"])
+def test_an_idle_port_does_not_spin_and_new_data_still_arrives(spark: Any, tmp_path: Path, probes: bool) -> None:
+    """With probes (the default) an idle port costs no micro-batch at all, only one probe per
+    ``idleProbeInterval``; without them, at most one empty pull after each wait of the back-off."""
     with ServerProcess("--output-port", "out") as srv:
-        df = _reader(spark, srv.url, tmp_path, idlePollMinInterval="100 ms", idlePollInterval="1 sec")
+        idle = {"idleProbeInterval": "200 ms"} if probes else {"idleProbeInterval": "0"}
+        df = _reader(spark, srv.url, tmp_path, idlePollMinInterval="100 ms", idlePollInterval="1 sec", **idle)
         name = f"q_{uuid.uuid4().hex[:8]}"
         q = df.writeStream.format("memory").queryName(name).option("checkpointLocation", str(tmp_path / "chk")).start()
 
@@ -158,17 +162,25 @@ def test_an_idle_port_does_not_spin_and_new_data_still_arrives(spark: Any, tmp_p
 
         try:
             wait_for(lambda: q.lastProgress is not None, 60, "the first micro-batch")
+            time.sleep(0.5)  # the first micro-batch's offsets are logged
             started, entries, pulled = time.monotonic(), len(_offsets(tmp_path / "chk")), pulls()
             time.sleep(4)  # an idle stretch: Spark polls latestOffset every ~10 ms meanwhile
-            # at most one empty pull (one offset-log entry) after each wait of the back-off (the most
-            # when the stretch starts with the shortest wait)
-            most = _most_idle_pulls(time.monotonic() - started, 0.1, 1.0)
+            seconds = time.monotonic() - started
             entries = len(_offsets(tmp_path / "chk")) - entries
-            assert entries <= most, (entries, most)
-            assert pulled >= 1 and pulls() - pulled <= most, (pulls() - pulled, most)  # not one per poll
+            if probes:
+                # no empty micro-batch, and one probe (an empty receive transaction) per 200 ms
+                assert entries == 0, entries
+                assert 0.5 * seconds / 0.2 <= pulls() - pulled <= seconds / 0.2 + 2, (pulls() - pulled, seconds)
+            else:
+                # at most one empty pull (one offset-log entry) after each wait of the back-off (the
+                # most when the stretch starts with the shortest wait)
+                most = _most_idle_pulls(seconds, 0.1, 1.0)
+                assert entries <= most, (entries, most)
+                assert pulled >= 1 and pulls() - pulled <= most, (pulls() - pulled, most)  # not one per poll
             srv.admin.enqueue("out", _flowfiles("wake", 7))
             wait_for(lambda: spark.sql(f"select count(*) c from {name}").collect()[0].c == 7, 60,
                      "the 7 FlowFiles queued after the idle stretch")
+            assert srv.admin.queued("out") == 0
         finally:
             q.stop()
 
