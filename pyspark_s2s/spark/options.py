@@ -215,14 +215,14 @@ SPARK_ONLY_OPTIONS: tuple[Option, ...] = (
          "Without it every peer with a non-zero RECEIVE weight gets one partition; extra partitions go to "
          "the busiest peers.", default_doc="one per peer"),
     _row("idleProbeInterval", "idle_probe_interval", _dur, 0.05, "duration",
-         "Source. While the port looks drained (the last micro-batch found it empty, or every partition "
-         "emptied its node), the driver plans no micro-batch: every this long it asks each readable node for "
-         "one FlowFile in a receive transaction that it cancels at once (NiFi keeps the FlowFile queued; "
-         "nothing is consumed), and plans the next micro-batch as soon as a node has one. A FlowFile that "
-         "comes to an idle port waits about half this long before Spark starts on it. Each probe of an empty "
-         "port is 2 HTTP requests (one round trip on RAW) per node. 0: no probes; empty micro-batches poll "
-         "the port at the `idlePollMinInterval`/`idlePollInterval` back-off (`docs/spark.md`, \"Low "
-         "latency\").",
+         "Source, HTTP. While the port looks drained (the last micro-batch found it empty, or every "
+         "partition emptied its node), the driver plans no micro-batch: every this long it asks each readable "
+         "node for one FlowFile in a receive transaction, reads it and cancels (NiFi rolls back; the FlowFile "
+         "stays queued, nothing is consumed), and plans the next micro-batch as soon as a node has one. A "
+         "FlowFile that comes to an idle port waits about half this long before Spark starts on it. Each "
+         "probe of an empty port is 2 HTTP requests per node. 0, or `transportProtocol` RAW (NiFi's RAW "
+         "server has no cancel for a receive): no probes; empty micro-batches poll the port at the "
+         "`idlePollMinInterval`/`idlePollInterval` back-off (`docs/spark.md`, \"Low latency\").",
          default_doc="50 ms"),
     _row("idlePollInterval", "idle_poll_interval", _dur, 1.0, "duration",
          "Source. With `idleProbeInterval=0`, or while a node cannot be probed: the longest wait before "
