@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from urllib3.exceptions import HTTPError
 
+from pyspark_s2s.client.http import cut_in_headers, unframed
 from pyspark_s2s.client.http_transaction import _result_error, _Transaction
 from pyspark_s2s.client.receiving import (
     INLINE_CONTENT,
@@ -54,6 +55,8 @@ class ReceiveTransaction(_ReceiveBase, _Transaction):
     def __init__(self, **kw: Any) -> None:
         self._resp: Any = None
         self._eof = False
+        self._unframed = False
+        self._raw_bytes = 0
         self._mode: str | None = None
         # content above 64 KiB streams through the decoder without being copied into its buffer
         self._decoder = PacketStreamDecoder(compressed=kw["use_compression"], inline_content_limit=INLINE_CONTENT)
@@ -86,6 +89,8 @@ class ReceiveTransaction(_ReceiveBase, _Transaction):
             raise self._fail(_result_error(resp, body, f"GET {url}"))
         self.has_data = True
         self._resp = resp
+        # a 202 cut inside its header block reads as an empty body ending at the close
+        self._unframed = unframed(resp, "GET")
 
     def _read_raw(self) -> bytes:
         """Next bytes of the download body; b'' at its end."""
@@ -98,6 +103,9 @@ class ReceiveTransaction(_ReceiveBase, _Transaction):
         if not data:
             self._eof = True
             self._resp.release_conn()
+            if self._unframed and not self._raw_bytes:
+                raise self._fail(cut_in_headers(self._resp, "GET", self.transaction_url + "/flow-files"))
+        self._raw_bytes += len(data)
         return data
 
     def _end_of_data(self) -> None:
