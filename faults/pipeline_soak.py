@@ -53,6 +53,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -109,6 +110,9 @@ class SoakConfig:
     #: more options of both queries' readStream (``--source-option KEY=VALUE``)
     source_options: dict[str, str] = field(default_factory=dict)
     driver_memory: str = "1g"
+    #: every this many seconds, each driver JVM's live heap: a full GC forced (``jcmd GC.run``), then
+    #: what the heap still holds (``GC.heap_info``); 0: never (the forced GC changes what it measures)
+    live_heap_every: float = 0.0
     progress: Callable[[str], None] = field(default=lambda line: None)
 
     @property
@@ -451,6 +455,31 @@ def _proc(pid: int | None) -> tuple[float, float, float]:
     return (s.rss / MiB, float(s.fds), float(s.threads))
 
 
+#: a heap line of ``jcmd <pid> GC.heap_info``: "def new generation   total 116224K, used 12869K",
+#: "tenured generation ...", "garbage-first heap ...", "PSYoungGen ...", "ParOldGen ..." (the
+#: Metaspace and class space lines say "used" before "committed", with no "total")
+_HEAP_LINE = re.compile(r"^\s*\S.*?\s+total\s+(\d+)K,\s+used\s+(\d+)K")
+
+
+def heap_used_mib(heap_info: str) -> float:
+    """The heap's used MiB in ``GC.heap_info`` output, summed over its generations; NaN if none."""
+    used = [int(m.group(2)) for line in heap_info.splitlines() if (m := _HEAP_LINE.match(line))]
+    return sum(used) / 1024.0 if used else math.nan
+
+
+def live_heap_mib(pid: int, timeout: float = 60.0) -> float:
+    """What JVM ``pid``'s heap holds right after a full GC (``jcmd`` of that JVM's own JDK): the
+    live set, which a leak grows while RSS can still be the heap's expansion; NaN if jcmd fails."""
+    try:
+        jcmd = str(Path(os.readlink(f"/proc/{pid}/exe")).with_name("jcmd"))
+        subprocess.run([jcmd, str(pid), "GC.run"], capture_output=True, timeout=timeout, check=True)
+        done = subprocess.run([jcmd, str(pid), "GC.heap_info"], capture_output=True, timeout=timeout, check=True,
+                              text=True)
+    except (OSError, subprocess.SubprocessError):
+        return math.nan
+    return round(heap_used_mib(done.stdout), 1)
+
+
 def dir_bytes(path: Path, *, skip: str | None = None) -> int:
     total = 0
     for root, dirs, files in os.walk(path):
@@ -520,6 +549,7 @@ class _Soak:
         #: the samples are not kept in memory (they would grow the collector's RSS by ~8 KB each):
         #: the verdict reads them back from the CSV; latency goes into the two judged windows
         self.windows = {w: {q: Histogram() for q in QUERIES} for w in ("early", "late")}
+        self.live_heap_at = {q: -math.inf for q in QUERIES}
         self.sampled = 0
         self.query_restarts: dict[str, int] = {}
         self.committed = {"flowfile": 0, "records": 0}  # ids committed by the producer
@@ -785,6 +815,11 @@ class _Soak:
         for q, d in drivers.items():
             jvms, workers, _ = spark_processes(d.proc.pid, children) if d.alive() and d.proc else ([], [], [])
             s[f"jvm_{q}_rss_mib"], s[f"jvm_{q}_fds"], s[f"jvm_{q}_threads"] = _proc(jvms[0] if jvms else None)
+            if self.cfg.live_heap_every > 0:
+                s[f"jvm_{q}_live_mib"] = math.nan
+                if jvms and t - self.live_heap_at[q] >= self.cfg.live_heap_every:
+                    self.live_heap_at[q] = t
+                    s[f"jvm_{q}_live_mib"] = live_heap_mib(jvms[0])
             ws = [_proc(w) for w in workers]
             ws = [w for w in ws if not math.isnan(w[0])]
             s[f"workers_{q}_n"] = len(ws)
@@ -1011,7 +1046,7 @@ def _median(xs: list[float]) -> float:
 
 #: the resources judged for flatness (CSV columns)
 RESOURCES = tuple(
-    [f"jvm_{q}_{m}" for q in QUERIES for m in ("rss_mib", "fds", "threads")]
+    [f"jvm_{q}_{m}" for q in QUERIES for m in ("rss_mib", "live_mib", "fds", "threads")]
     + [f"workers_{q}_{m}" for q in QUERIES for m in ("rss_sum_mib", "rss_max_mib", "fds", "threads")]
     + [f"runner_{q}_rss_mib" for q in QUERIES]
     + ["server_rss_mib", "server_fds", "server_threads", "collector_net_rss_mib", "collector_fds",
@@ -1249,6 +1284,14 @@ def plot(csv_path: str | os.PathLike[str], png_path: str | os.PathLike[str], *, 
             ax.set_yscale("log")
         ax.legend(fontsize=7, loc="upper left")
         ax.grid(alpha=0.3)
+    for q in QUERIES:  # sampled now and then (--live-heap-every): points, not a line with gaps
+        name = f"jvm_{q}_live_mib"
+        if rows and name in rows[0]:
+            pts = [(x, y) for x, y in zip(t, col(name, 1), strict=True) if not math.isnan(y)]
+            if pts:
+                axes[1][0].plot([x for x, _ in pts], [y for _, y in pts], marker="o", markersize=3, linewidth=0.8,
+                                label=f"JVM {q} live heap (after a full GC)")
+                axes[1][0].legend(fontsize=7, loc="upper left")
     for ax in axes[2]:
         ax.set_xlabel("minutes")
     fig.suptitle(f"{title}\nfaults: S server SIGKILL, N node down, W workers SIGKILL, D driver SIGKILL, "
@@ -1317,6 +1360,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--replicas", type=int, default=1)
     p.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
                    help="an option of both queries' readStream, e.g. idleProbeInterval=0 (repeatable)")
+    p.add_argument("--live-heap-every", type=float, default=0.0, metavar="SECONDS",
+                   help="sample each driver JVM's live heap this often: a full GC forced with jcmd, then the heap "
+                        "it leaves (column jvm_<query>_live_mib; default 0: never)")
     p.add_argument("--plot", metavar="CSV", help="only draw CSV's plot next to it and exit")
     p.add_argument("--judge", metavar="DIR", help="only judge a finished run's DIR again and print the verdict")
     p.add_argument("--week-bound", type=float, default=0.10,
@@ -1346,6 +1392,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      ff_rate=args.ff_rate, record_rate=args.record_rate, records_per_flowfile=args.records_per_flowfile,
                      fault_every=args.fault_every, faults=faults, replicas=args.replicas, week_bound=args.week_bound,
                      source_options=dict(o.split("=", 1) for o in args.source_option),
+                     live_heap_every=args.live_heap_every,
                      progress=(lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr,
                                                                                            flush=True)))
     print(f"faults.pipeline_soak: seed {seed}, {args.minutes:g} min, {args.ff_rate:g} FlowFiles/s + "

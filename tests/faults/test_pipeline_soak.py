@@ -25,6 +25,7 @@ from faults.pipeline_soak import (
     Histogram,
     MiB,
     SoakConfig,
+    heap_used_mib,
     judge,
     restarts_of,
     run,
@@ -93,6 +94,31 @@ def test_the_book_counts_lost_keys_and_in_doubt_units() -> None:
     assert (t["ids"], t["lost"], t["first_lost"], t["unexpected"]) == (30, 1, 29, 1)
     assert t["copies_beyond_first"] == 3 and t["under_other_keys"] == 2
     assert (t["unexplained"], t["unexplained_ids"]) == (1, [4])
+
+
+def test_heap_info_of_each_collector_is_read_as_the_heap_used() -> None:
+    serial = """6652:
+ def new generation   total 116224K, used 59093K [0x00000000c0000000, 0x00000000c7e10000, 0x00000000d5550000)
+  eden space 103360K,  54% used [0x00000000c0000000, 0x00000000c3693a00, 0x00000000c64f0000)
+ tenured generation   total 258048K, used 56700K [0x00000000d5550000, 0x00000000e5150000, 0x0000000100000000)
+   the space 258048K,  21% used [0x00000000d5550000, 0x00000000d8caf248, 0x00000000d8caf400, 0x00000000e5150000)
+ Metaspace       used 142760K, committed 143936K, reserved 1179648K
+  class space    used 17142K, committed 17728K, reserved 1048576K
+"""
+    g1 = """101:
+ garbage-first heap   total 1048576K, used 61440K [0x00000000c0000000, 0x0000000100000000)
+  region size 1024K, 5 young (5120K), 0 survivors (0K)
+ Metaspace       used 142760K, committed 143936K, reserved 1179648K
+"""
+    parallel = """7:
+ PSYoungGen      total 76288K, used 1024K [0x00000000eab00000, 0x00000000f0000000, 0x0000000100000000)
+ ParOldGen       total 175104K, used 10240K [0x00000000c0000000, 0x00000000cab00000, 0x00000000eab00000)
+ Metaspace       used 3000K, committed 3200K, reserved 1056768K
+"""
+    assert heap_used_mib(serial) == (59093 + 56700) / 1024  # both generations, not Metaspace
+    assert heap_used_mib(g1) == 60.0
+    assert heap_used_mib(parallel) == 11.0
+    assert math.isnan(heap_used_mib("7:\ncommand not found\n"))
 
 
 def test_the_verdict_finds_growth_and_latency_drift() -> None:
