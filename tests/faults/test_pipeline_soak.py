@@ -136,9 +136,24 @@ def test_the_verdict_finds_growth_and_latency_drift() -> None:
     assert not by["jvm_flowfile_rss_mib"]["ok"]
     assert math.isclose(by["jvm_flowfile_rss_mib"]["slope_per_h"], 60.0, rel_tol=1e-6)
     assert math.isclose(by["jvm_flowfile_rss_mib"]["week"], 60.0 * 168, rel_tol=1e-6)
+    # read against the slope's resolution (± 2 standard errors): an exact line grows, a constant is flat
+    assert by["jvm_flowfile_rss_mib"]["reading"] == "grows" and by["server_fds"]["reading"] == "flat"
     assert len(dips["staging_flowfile_bytes"]) == 7 and max(dips["staging_flowfile_bytes"]) == 0.0
     assert min(dips["staging_records_bytes"]) == 64.0 * MiB
     assert latency["flowfile"]["ratio"] > 3.5
+
+
+def test_noise_around_a_level_is_too_short_to_tell_and_a_steady_climb_through_it_grows() -> None:
+    # 37.5 minutes of samples 10 s apart, a level with +-3 MiB of noise (a server's RSS): the week's
+    # bound (16 MiB) is far below what the slope of so short a run can resolve
+    noise = [3.0 * math.sin(k * 1.7) + 2.0 * math.cos(k * 0.37) for k in range(450)]
+    flat = [{"t": 10.0 * k, "server_rss_mib": 84.0 + noise[k]} for k in range(450)]
+    climb = [{"t": 10.0 * k, "server_rss_mib": 84.0 + noise[k] + 20.0 * k / 360} for k in range(450)]  # +20 MiB/h
+    (level,) = judge(flat, 4500.0)[0]
+    (rising,) = judge(climb, 4500.0)[0]
+    assert level["reading"] == "too short to tell", level
+    assert rising["reading"] == "grows" and not rising["ok"], rising
+    assert 0 < rising["slope_se_per_h"] < 5
 
 
 def test_a_process_is_judged_between_the_restarts_faults_made() -> None:
