@@ -100,8 +100,9 @@ def test_upload_cut_mid_body_by_proxy(srv: FaultServer, mode: str) -> None:
                                                      ("fin", 1024, len(b"HTTP/1.1 202 Accepted\r\n"))])
 def test_download_cut_mid_body_by_proxy(srv: FaultServer, mode: str, size: int, after: int) -> None:
     """A large download (6.5 MB) is cut while the server still writes: the server sees the
-    broken connection and rolls back at once; a small one (120 kB) fits in the socket buffers,
-    so the server finished, holds the transaction and rolls it back when its TTL passes. Cut
+    broken connection and rolls back at once; a small one (120 kB) may fit in the socket buffers,
+    so that the server finished and holds the transaction: the client's cancel (or, failing that,
+    the TTL) rolls it back. Cut
     right after its status line, the answer reads as "202, no body": a failed download too, not
     an empty one (which would leave the FlowFiles held, unseen, for a TTL)."""
     started = time.monotonic()
@@ -116,13 +117,37 @@ def test_download_cut_mid_body_by_proxy(srv: FaultServer, mode: str, size: int, 
     assert len(receiver.failures) == 1 and receiver.failures[0].startswith("download: ")
     assert receiver.dropped < 100  # what arrived before the cut was dropped, never confirmed
     done = outcomes(srv)
-    rolled_back = done["receive failed: download connection broke"] + done["receive expired"]
+    rolled_back = done["receive failed: download connection broke"] + done["receive canceled"] + done["receive expired"]
     assert rolled_back == 1, done
     assert done["receive committed"] == 3
     assert ledger.lost() == set() and ledger.duplicated() == 0 and ledger.unexpected() == set()
     settle_transactions(srv)
     case_report(f"download cut by the proxy {after} B in ({mode}, {size} B FlowFiles)", ledger, srv, started,
                 receive_failures=receiver.failures, dropped=receiver.dropped)
+
+
+def test_download_cut_after_the_server_finished_is_canceled_at_once(srv: FaultServer) -> None:
+    """A small download (20 FlowFiles, 2 kB) is in the proxy's buffers whole when the proxy cuts
+    it 1,000 bytes in: the server wrote everything, holds the transaction and sees no error. The
+    client, whose stream broke, cancels it (DELETE 15), so the FlowFiles are back at once, not
+    when the TTL passes (NiFi's own client only closes, leaving them held for the TTL)."""
+    started = time.monotonic()
+    ledger = Ledger()
+    _fill(srv, ledger, "cutdone", 20, 100)
+    with TcpProxy(srv.base_port) as proxy, \
+            srv.client("out", peer_address_map=proxy.address_map, batch_count=100, **CLIENT) as c:
+        receiver = Receiver(c, ledger)
+        rule = proxy.cut("down", match=r"GET [^ ]*/flow-files", after=1000, mode="fin")
+        receiver.receive_until_done(30)
+        assert proxy.fired(rule) == 1
+    assert len(receiver.failures) == 1 and receiver.failures[0].startswith("download: ")
+    done = outcomes(srv)
+    assert done["receive canceled"] == 1 and done["receive expired"] == 0, done
+    assert done["receive committed"] >= 1
+    assert ledger.lost() == set() and ledger.duplicated() == 0 and ledger.unexpected() == set()
+    settle_transactions(srv)
+    case_report("download cut after the server finished: canceled by the client", ledger, srv, started,
+                receive_failures=receiver.failures)
 
 
 #: the answer's status line, "HTTP/1.1 200 OK\r\n": a cut (a close, not a reset) right after it
