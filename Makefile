@@ -39,16 +39,19 @@ OLDEST_ARGS := -p no:unraisableexception -W ignore::ResourceWarning \
 	--deselect tests/spark/test_source_stream.py::test_admission_control_caps_each_micro_batch \
 	--deselect tests/spark/test_source_stream.py::test_available_now_ends_while_nifi_keeps_adding
 
+DURATIONS ?= --durations=25 --durations-min=5
+
 .PHONY: demo test test-oldest lint bench dist docs clean venv venv-oldest check-python check-java browser
 
 demo: check-java venv
 	$(VPY) -m pyspark_s2s.spark.demo
 
+# the slowest tests are listed after the run (CI is kept under 30 minutes: docs/development.md);
 # pytest's exit status 5 ("no tests collected") is a failure here, said in one line;
 # S2S_PYTEST_STATUS (optional) names a file that receives pytest's own exit status (.ci/run uses it).
 test: check-java browser venv venv-oldest lint
-	@echo "$(VPY) -m pytest -q $(PYTEST_ARGS)"; \
-	$(VPY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
+	@echo "$(VPY) -m pytest -q $(DURATIONS) $(PYTEST_ARGS)"; \
+	$(VPY) -m pytest -q $(DURATIONS) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 0 ] && [ -z "$(PYTEST_ARGS)" ]; then \
 		echo "== the Spark tests on pyspark $(OLDEST_PYSPARK), the oldest supported line"; \
 		echo "$(VPY_OLDEST) -m pytest -q $(OLDEST_ARGS) $(OLDEST_TESTS)"; \

@@ -639,6 +639,14 @@ def main(argv: list[str] | None = None) -> int:
                             continue
                         df = source_df(spark, spec, url, qwork, load.feeder_port, 50, source_options)
                         q = start_query(spark, spec, df, url, qwork, seen)
+                        def report(cell: Cell) -> None:
+                            cells.append(cell)
+                            save(cells, args.json)
+                            print(line(cell), flush=True)
+                            if cell.phases:
+                                print("    phases: " + phase_line(cell.phases), flush=True)
+                            print(f"    Spark: {progress_split(cell.progress)}", flush=True)
+
                         try:
                             warm = load.send(50, 1, WARM_SECONDS, "nifi" if spec.source == "ours" else "feeder",
                                              spec.mode)
@@ -653,22 +661,10 @@ def main(argv: list[str] | None = None) -> int:
                                 for rate in args.loads:
                                     for per_tx in ((1, max(1, round(rate * BATCH_EVERY))) if rate < 5000
                                                    else (max(1, round(rate * BATCH_EVERY)),)):
-                                        cell = measure_cell(spec, load, seen, q, url, rate, per_tx, args.seconds, rnd)
-                                        cells.append(cell)
-                                        save(cells, args.json)
-                                        print(line(cell), flush=True)
-                                        if cell.phases:
-                                            print("    phases: " + phase_line(cell.phases), flush=True)
-                                        print(f"    Spark: {progress_split(cell.progress)}", flush=True)
+                                        report(measure_cell(spec, load, seen, q, url, rate, per_tx, args.seconds, rnd))
                                         time.sleep(1)
                                 if args.quiet_seconds > 0 and spec.mode == "flowfile":
-                                    cell = measure_cell(spec, load, seen, q, url, 0, 1, args.quiet_seconds, rnd)
-                                    cells.append(cell)
-                                    save(cells, args.json)
-                                    print(line(cell), flush=True)
-                                    if cell.phases:
-                                        print("    phases: " + phase_line(cell.phases), flush=True)
-                                    print(f"    Spark: {progress_split(cell.progress)}", flush=True)
+                                    report(measure_cell(spec, load, seen, q, url, 0, 1, args.quiet_seconds, rnd))
                             loads_avg.append(" ".join(f"{x:.2f}" for x in os.getloadavg()))
                         finally:
                             q.stop()

@@ -181,6 +181,10 @@ class _FakeDownload:
     def __init__(self, status: int, pieces: list[bytes]) -> None:
         self.status = status
         self._pieces = pieces
+        # a chunked HTTP/1.1 answer, as NiFi streams a download (lower-case names: urllib3's
+        # headers are case-insensitive, this dict is not)
+        self.version = 11
+        self.headers = {"transfer-encoding": "chunked"}
 
     def read1(self, n: int = -1, decode_content: bool = False) -> bytes:
         return self._pieces.pop(0) if self._pieces else b""

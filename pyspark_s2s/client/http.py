@@ -46,7 +46,7 @@ from pyspark_s2s.errors import (
 )
 from pyspark_s2s.protocol.urls import format_host
 
-__all__ = ["MAX_ERROR_BODY", "HttpTransport", "Response", "build_ssl_context"]
+__all__ = ["MAX_ERROR_BODY", "HttpTransport", "Response", "build_ssl_context", "cut_in_headers", "unframed"]
 
 logger = logging.getLogger(__name__)
 
@@ -329,6 +329,8 @@ class HttpTransport:
                     http_status=407,
                     retriable=False,
                 )
+            if not stream and unframed(resp, method) and not resp.data:
+                raise cut_in_headers(resp, method, url)
             return resp
         raise AssertionError("unreachable")
 
@@ -482,6 +484,32 @@ def _short(exc: BaseException) -> str:
     if ": " in text and text.startswith("<"):
         text = text.split(": ", 1)[1]
     return text or type(exc).__name__
+
+
+def unframed(resp: Any, method: str) -> bool:
+    """Whether an answer that should carry a body has no framing: an HTTP/1.1 2xx (not 204/304,
+    not to a HEAD) with neither Content-Length nor chunked encoding.
+
+    NiFi (Jetty) and the reference server frame every answer, so such an answer is almost always
+    one whose connection was cut inside its header block: ``http.client`` then takes the header
+    lines it got as the whole block and reads the body up to the close, which comes at once. Its
+    status line arrived; its body (a commit's result, an upload's checksum) did not."""
+    if method == "HEAD" or not 200 <= resp.status < 300 or resp.status in (204, 304):
+        return False
+    if getattr(resp, "version", 11) != 11:
+        return False  # an HTTP/1.0 answer may end at the close (a forward proxy may downgrade)
+    headers = resp.headers
+    return "content-length" not in headers and "chunked" not in headers.get("transfer-encoding", "").lower()
+
+
+def cut_in_headers(resp: Any, method: str, url: str) -> TransportError:
+    """The error for an :func:`unframed` answer with an empty body: a lost answer, not a definite
+    one (no ``http_status``), so a commit or confirm it answered is in doubt."""
+    return TransportError(
+        f"{method} {url}: the answer (HTTP {resp.status}) ended inside its headers, with no "
+        "Content-Length, chunked encoding or body: the connection was cut; the request's outcome is unknown",
+        peer=_peer_of(url),
+    )
 
 
 def _origin(url: str) -> str:

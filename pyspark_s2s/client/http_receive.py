@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from urllib3.exceptions import HTTPError
 
+from pyspark_s2s.client.http import cut_in_headers, unframed
 from pyspark_s2s.client.http_transaction import _result_error, _Transaction
 from pyspark_s2s.client.receiving import (
     INLINE_CONTENT,
@@ -39,6 +40,10 @@ __all__ = ["ReceiveTransaction"]
 
 logger = logging.getLogger(__name__)
 
+#: seconds the cancel of a broken download may take (best effort: its FlowFiles come back at the
+#: server's TTL anyway)
+GIVE_BACK_TIMEOUT = 5.0
+
 
 class ReceiveTransaction(_ReceiveBase, _Transaction):
     """A transaction that receives FlowFiles from an output port.
@@ -54,6 +59,9 @@ class ReceiveTransaction(_ReceiveBase, _Transaction):
     def __init__(self, **kw: Any) -> None:
         self._resp: Any = None
         self._eof = False
+        self._unframed = False
+        self._raw_bytes = 0
+        self._gave_back = False
         self._mode: str | None = None
         # content above 64 KiB streams through the decoder without being copied into its buffer
         self._decoder = PacketStreamDecoder(compressed=kw["use_compression"], inline_content_limit=INLINE_CONTENT)
@@ -86,6 +94,8 @@ class ReceiveTransaction(_ReceiveBase, _Transaction):
             raise self._fail(_result_error(resp, body, f"GET {url}"))
         self.has_data = True
         self._resp = resp
+        # a 202 cut inside its header block reads as an empty body ending at the close
+        self._unframed = unframed(resp, "GET")
 
     def _read_raw(self) -> bytes:
         """Next bytes of the download body; b'' at its end."""
@@ -94,11 +104,35 @@ class ReceiveTransaction(_ReceiveBase, _Transaction):
         try:
             data = self._resp.read1(READ_CHUNK, decode_content=False) or b""
         except (HTTPError, HTTPException, OSError) as exc:  # errors while streaming the body
-            raise self._fail(self._transport._translate(exc, self.transaction_url + "/flow-files", "GET")) from None
+            raise self._download_broke(self._transport._translate(exc, self.transaction_url + "/flow-files", "GET")) from None
         if not data:
             self._eof = True
             self._resp.release_conn()
+            if self._unframed and not self._raw_bytes:
+                raise self._download_broke(cut_in_headers(self._resp, "GET", self.transaction_url + "/flow-files"))
+        self._raw_bytes += len(data)
         return data
+
+    def _download_broke(self, exc: S2SError) -> S2SError:
+        """The download broke (cut, truncated, corrupt): the transaction fails, and the server is
+        asked to roll back now (DELETE responseCode=15, best effort) instead of holding the
+        FlowFiles it sent until its TTL passes (30 s by default), unseen by anyone. NiFi's own
+        client only closes, leaving them to expire. Never after a confirm went out: a cancel that
+        overtook a confirm in flight would roll back what the confirm then finds gone."""
+        err = self._fail(exc)
+        if not self._gave_back:
+            self._gave_back = True
+            url = f"{self.transaction_url}?responseCode={int(ResponseCode.CANCEL_TRANSACTION)}"
+            try:
+                resp = self._transport.request("DELETE", url, headers=self._hdrs(Accept="application/json"),
+                                               timeout=min(self._timeout, GIVE_BACK_TIMEOUT))
+                logger.info("transaction %s: the download broke (%s); canceled it (HTTP %d) so that the "
+                            "server rolls back now", self.transaction_url, err.message, resp.status)
+            except S2SError as cancel_error:
+                logger.info("transaction %s: the download broke (%s) and canceling failed too (%s); the "
+                            "server rolls back when its TTL passes", self.transaction_url, err.message,
+                            cancel_error.message)
+        return err
 
     def _end_of_data(self) -> None:
         self._handle(ClientEvent.RECEIVE_END)
@@ -123,7 +157,7 @@ class ReceiveTransaction(_ReceiveBase, _Transaction):
             if ev is NEED_DATA:
                 ev = self._next_event()
         except ProtocolError as exc:
-            raise self._fail(exc) from None
+            raise self._download_broke(exc) from None
         if ev is None:
             self._checksum = self._decoder.checksum
             self._end_of_data()
@@ -145,7 +179,7 @@ class ReceiveTransaction(_ReceiveBase, _Transaction):
         try:
             batch = self._batch_reader.next_batch(max_rows, max_bytes)
         except ProtocolError as exc:
-            raise self._fail(exc) from None
+            raise self._download_broke(exc) from None
         if batch is None:
             self._checksum = self._batch_reader.checksum
             self._end_of_data()

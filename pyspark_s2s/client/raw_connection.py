@@ -51,6 +51,7 @@ from pyspark_s2s.protocol.raw import (
     MAGIC,
     PROTOCOL_RESOURCE,
     PROTOCOL_VERSIONS,
+    ClosedMidMessage,
     RawReader,
     RequestType,
     ResourceReply,
@@ -153,6 +154,12 @@ class RawConnection:
                 got = read()
             except ProtocolError as exc:
                 self.close()
+                if isinstance(exc, ClosedMidMessage):
+                    # the peer closed the connection in the middle of a message: a broken
+                    # connection (as HTTP's IncompleteRead is), not bytes that break the protocol,
+                    # so an answer it cut short (a commit's) leaves the outcome unknown
+                    raise TransportError(f"{self.name} closed the connection while this client waited for "
+                                         f"{what}: {exc.message}", peer=self.name) from None
                 raise exc.with_context(peer=self.name) from None
             if got is not NEED_DATA:
                 return got  # type: ignore[return-value]

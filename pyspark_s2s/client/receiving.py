@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from pyspark_s2s.client.transaction import TransactionHandle, _TransactionBase
-from pyspark_s2s.errors import ProtocolError, TransactionStateError
+from pyspark_s2s.errors import ProtocolError, S2SError, TransactionStateError
 from pyspark_s2s.protocol.codec import ContentChunk, DataPacket, PacketEnd, PacketStart
 from pyspark_s2s.protocol.transaction import ClientEvent, ClientState
 
@@ -127,6 +127,11 @@ class _ReceiveBase(_TransactionBase):
                 "receive() and receive_record_batch() cannot be mixed in one transaction", **self._ctx()
             )
 
+    def _download_broke(self, exc: S2SError) -> S2SError:
+        """The FlowFiles' stream broke (truncated, corrupt, cut): the transaction fails; the
+        transport may also tell the server (HTTP cancels, RAW has no cancel for a receive)."""
+        return self._fail(exc)
+
     def _open_batch(self) -> bool:
         """The checks before ``receive_record_batch()`` reads: False once all data was received
         (the batch is None); the reading style becomes record batches."""
@@ -141,14 +146,14 @@ class _ReceiveBase(_TransactionBase):
         try:
             ev = self._next_event()
         except ProtocolError as exc:
-            raise self._fail(exc) from None
+            raise self._download_broke(exc) from None
         if isinstance(ev, ContentChunk):
             self.bytes += len(ev.data)
             return ev.data
         if isinstance(ev, PacketEnd):
             self._streaming = None
             return None
-        raise self._fail(ProtocolError("stream ended inside a packet's content"))
+        raise self._download_broke(ProtocolError("stream ended inside a packet's content"))
 
     def receive(self, *, stream: bool = False) -> DataPacket | StreamedPacket | None:
         """The next FlowFile, or None when the server has no more (for this transaction).
@@ -188,7 +193,7 @@ class _ReceiveBase(_TransactionBase):
                 self._streaming = packet
                 return packet
             return DataPacket(packet.attributes, packet.read_all())
-        raise self._fail(ProtocolError(f"unexpected decoder event {ev!r}"))
+        raise self._download_broke(ProtocolError(f"unexpected decoder event {ev!r}"))
 
     def __iter__(self) -> Iterator[DataPacket]:
         while True:

@@ -50,6 +50,24 @@ logger = logging.getLogger(__name__)
 DEFAULT_IDLE_TIMEOUT = 30.0
 
 
+
+class _HeadReader:
+    """The connection's reader while a request head is parsed: notes whether a line came back
+    empty, i.e. the head ended at the close instead of at its blank line."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+        self.ended_at_close = False
+
+    def readline(self, limit: int = -1) -> bytes:
+        line: bytes = self.raw.readline(limit)
+        if not line:
+            self.ended_at_close = True
+        return line
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
 class NodeServer(NodeListener, ThreadingHTTPServer):
     """The listener of one node. TLS handshakes run in the connection's own thread.
 
@@ -165,7 +183,20 @@ class S2SHandler(SiteToSiteRoutes):
             self.server.head_done(self.connection)
 
     def parse_request(self) -> bool:
-        ok = super().parse_request()
+        rfile = self.rfile
+        head = _HeadReader(rfile)
+        self.rfile = head  # type: ignore[assignment]
+        try:
+            ok = super().parse_request()
+        finally:
+            self.rfile = rfile
+        if ok and head.ended_at_close:
+            # the connection closed inside the head, before its blank line: the stdlib takes the
+            # header lines it got as the whole head, but what arrived is no whole request (a
+            # commit cut in transit would be carried out). Jetty stops at the early end and
+            # dispatches nothing; so do we, and close.
+            self.close_connection = True
+            return False
         if not self.server.head_done(self.connection):
             # the watchdog closed the connection while its head trickled in: what was read is
             # not a request

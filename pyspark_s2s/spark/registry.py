@@ -193,19 +193,10 @@ def registry_parts(rows: Any, batch: Any, peer: str, transaction_id: str) -> Ite
 
     from pyspark_s2s.records.grouped import SMALL_RECORD_SET, RecordSetGroup
     from pyspark_s2s.records.registry import strategy_from
+    from pyspark_s2s.spark.rows import content_slices
 
-    content, attributes = batch.column(0), batch.column(1)
-    # each content as a slice of the batch's data buffer (as rows._parts takes them)
-    bufs = content.buffers()
-    offset_type = pa.int64() if pa.types.is_large_binary(content.type) else pa.int32()
-    offsets = pa.Array.from_buffers(offset_type, len(content) + 1, [None, bufs[1]],
-                                    offset=content.offset).to_pylist()
-    values = bufs[2] or pa.py_buffer(b"")
-    view = memoryview(values)
-    nulls = content.is_null().to_pylist()
-
-    def content_of(i: int) -> Any:
-        return pa.py_buffer(b"") if nulls[i] else values.slice(offsets[i], offsets[i + 1] - offsets[i])
+    attributes = batch.column(1)
+    offsets, view, nulls, content_of = content_slices(batch.column(0))
 
     def present(name: str) -> list[bool]:
         found = pc.map_lookup(attributes, pa.scalar(name), "last")

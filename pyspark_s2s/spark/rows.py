@@ -12,7 +12,7 @@ Must not import: the server, spark/source.py, spark/rounds.py (they call this).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pyspark.sql.types import StructType
@@ -204,32 +204,17 @@ class RecordRows:
             from pyspark_s2s.spark.registry import registry_parts
             yield from registry_parts(self, batch, peer, transaction_id)
             return
-        import pyarrow as pa
-
         from pyspark_s2s.records.grouped import (
             GROUPED_FORMATS,
             SMALL_RECORD_SET,
             RecordSetGroup,
         )
 
-        content = batch.column(0)
         attributes = batch.column(1)
-        # each content as a slice of the batch's data buffer: a scalar (content[i]) would copy it,
-        # and a replayed batch is memory-mapped
-        bufs = content.buffers()
-        offset_type = pa.int64() if pa.types.is_large_binary(content.type) else pa.int32()
-        offsets = pa.Array.from_buffers(offset_type, len(content) + 1, [None, bufs[1]],
-                                        offset=content.offset).to_pylist()
-        values = bufs[2] or pa.py_buffer(b"")
-        view = memoryview(values)
-        nulls = content.is_null().to_pylist()
+        offsets, view, nulls, content_of = content_slices(batch.column(0))
         group = RecordSetGroup(self.fmt, self.target, self.settings, self.watch.drift) \
             if self.fmt in GROUPED_FORMATS else None
         members: list[tuple[int, bytes]] = []  # (batch row, content) of the FlowFiles the group holds
-
-        def content_of(i: int) -> Any:
-            return pa.py_buffer(b"") if nulls[i] else values.slice(offsets[i], offsets[i + 1] - offsets[i])
-
         where = (attributes, peer, transaction_id, content_of)
         self.watch.schema_attribute(attributes, where)
         for i in range(batch.num_rows):
@@ -466,6 +451,26 @@ class RecordRows:
         self.malformed = []
         self.flow_files = 0
         return self.watch.end_round()
+
+
+def content_slices(content: Any) -> tuple[list[int], memoryview, list[bool], Callable[[int], Any]]:
+    """A staged batch's content column as slices of its data buffer: a scalar (``content[i]``)
+    would copy each content, and a replayed batch is memory-mapped. Returns the offsets (row i is
+    ``view[offsets[i]:offsets[i + 1]]``), a memoryview of the buffer, which rows are null, and
+    ``content_of(i)``, row i as a zero-copy Arrow buffer (empty for a null)."""
+    import pyarrow as pa
+
+    bufs = content.buffers()
+    offset_type = pa.int64() if pa.types.is_large_binary(content.type) else pa.int32()
+    offsets = pa.Array.from_buffers(offset_type, len(content) + 1, [None, bufs[1]],
+                                    offset=content.offset).to_pylist()
+    values = bufs[2] or pa.py_buffer(b"")
+    nulls = content.is_null().to_pylist()
+
+    def content_of(i: int) -> Any:
+        return pa.py_buffer(b"") if nulls[i] else values.slice(offsets[i], offsets[i + 1] - offsets[i])
+
+    return offsets, memoryview(values), nulls, content_of
 
 
 def joined(batches: list[Any]) -> Any:

@@ -355,6 +355,24 @@ def test_commit_sent_the_moment_the_download_ends_is_answered(srv: Srv) -> None:
         assert (status, b'"responseCode": 12' in answer or b'"responseCode":12' in answer) == (200, True), answer
 
 
+def test_commit_whose_head_ends_at_the_close_is_not_carried_out(srv: Srv) -> None:
+    # a connection cut in transit after a few header lines: the stdlib would take the lines it got
+    # as the whole head and commit. Jetty stops at the early end and dispatches nothing; the
+    # transaction stays held (the client's confirm is in doubt and settles it later)
+    srv.proc.admin.enqueue("out", [({"k": "cut"}, b"x" * 100)])
+    tx = srv.create("output-ports", "out")
+    status, _, body = exchange(srv.port, request("GET", srv.path("output-ports", "out", tx, True), V))
+    assert status == 202
+    head = f"DELETE {srv.path('output-ports', 'out', tx)}?responseCode=12&checksum={zlib.crc32(body)} HTTP/1.1\r\n"
+    answer, _, _ = exchange(srv.port, (head + f"Host: t\r\n{V}").encode(), method="DELETE", close_write=True)
+    assert answer is None
+    assert [t["id"] for t in srv.open_transactions()] == [tx]
+    # the whole request, sent again, commits
+    answer, _, text = exchange(srv.port, (head + f"Host: t\r\n{V}\r\n").encode(), method="DELETE")
+    assert answer == 200 and b'"responseCode":12' in text.replace(b" ", b""), text
+    assert srv.open_transactions() == []
+
+
 @pytest.mark.parametrize("query", ["?responseCode=abc", "?responseCode=99999999999999999999", "?responseCode=12.0"])
 def test_commit_with_a_response_code_that_is_no_integer(srv: Srv, query: str) -> None:
     # NiFi declares responseCode an Integer query parameter: JAX-RS answers a value it cannot

@@ -25,6 +25,7 @@ from faults.pipeline_soak import (
     Histogram,
     MiB,
     SoakConfig,
+    heap_used_mib,
     judge,
     restarts_of,
     run,
@@ -95,6 +96,31 @@ def test_the_book_counts_lost_keys_and_in_doubt_units() -> None:
     assert (t["unexplained"], t["unexplained_ids"]) == (1, [4])
 
 
+def test_heap_info_of_each_collector_is_read_as_the_heap_used() -> None:
+    serial = """6652:
+ def new generation   total 116224K, used 59093K [0x00000000c0000000, 0x00000000c7e10000, 0x00000000d5550000)
+  eden space 103360K,  54% used [0x00000000c0000000, 0x00000000c3693a00, 0x00000000c64f0000)
+ tenured generation   total 258048K, used 56700K [0x00000000d5550000, 0x00000000e5150000, 0x0000000100000000)
+   the space 258048K,  21% used [0x00000000d5550000, 0x00000000d8caf248, 0x00000000d8caf400, 0x00000000e5150000)
+ Metaspace       used 142760K, committed 143936K, reserved 1179648K
+  class space    used 17142K, committed 17728K, reserved 1048576K
+"""
+    g1 = """101:
+ garbage-first heap   total 1048576K, used 61440K [0x00000000c0000000, 0x0000000100000000)
+  region size 1024K, 5 young (5120K), 0 survivors (0K)
+ Metaspace       used 142760K, committed 143936K, reserved 1179648K
+"""
+    parallel = """7:
+ PSYoungGen      total 76288K, used 1024K [0x00000000eab00000, 0x00000000f0000000, 0x0000000100000000)
+ ParOldGen       total 175104K, used 10240K [0x00000000c0000000, 0x00000000cab00000, 0x00000000eab00000)
+ Metaspace       used 3000K, committed 3200K, reserved 1056768K
+"""
+    assert heap_used_mib(serial) == (59093 + 56700) / 1024  # both generations, not Metaspace
+    assert heap_used_mib(g1) == 60.0
+    assert heap_used_mib(parallel) == 11.0
+    assert math.isnan(heap_used_mib("7:\ncommand not found\n"))
+
+
 def test_the_verdict_finds_growth_and_latency_drift() -> None:
     samples = []
     for k in range(180):  # 30 minutes, a sample every 10 s
@@ -110,9 +136,24 @@ def test_the_verdict_finds_growth_and_latency_drift() -> None:
     assert not by["jvm_flowfile_rss_mib"]["ok"]
     assert math.isclose(by["jvm_flowfile_rss_mib"]["slope_per_h"], 60.0, rel_tol=1e-6)
     assert math.isclose(by["jvm_flowfile_rss_mib"]["week"], 60.0 * 168, rel_tol=1e-6)
+    # read against the slope's resolution (± 2 standard errors): an exact line grows, a constant is flat
+    assert by["jvm_flowfile_rss_mib"]["reading"] == "grows" and by["server_fds"]["reading"] == "flat"
     assert len(dips["staging_flowfile_bytes"]) == 7 and max(dips["staging_flowfile_bytes"]) == 0.0
     assert min(dips["staging_records_bytes"]) == 64.0 * MiB
     assert latency["flowfile"]["ratio"] > 3.5
+
+
+def test_noise_around_a_level_is_too_short_to_tell_and_a_steady_climb_through_it_grows() -> None:
+    # 37.5 minutes of samples 10 s apart, a level with +-3 MiB of noise (a server's RSS): the week's
+    # bound (16 MiB) is far below what the slope of so short a run can resolve
+    noise = [3.0 * math.sin(k * 1.7) + 2.0 * math.cos(k * 0.37) for k in range(450)]
+    flat = [{"t": 10.0 * k, "server_rss_mib": 84.0 + noise[k]} for k in range(450)]
+    climb = [{"t": 10.0 * k, "server_rss_mib": 84.0 + noise[k] + 20.0 * k / 360} for k in range(450)]  # +20 MiB/h
+    (level,) = judge(flat, 4500.0)[0]
+    (rising,) = judge(climb, 4500.0)[0]
+    assert level["reading"] == "too short to tell", level
+    assert rising["reading"] == "grows" and not rising["ok"], rising
+    assert 0 < rising["slope_se_per_h"] < 5
 
 
 def test_a_process_is_judged_between_the_restarts_faults_made() -> None:

@@ -107,6 +107,7 @@ from pyspark_s2s.protocol.raw.reader import (
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_MAX_PEERS,
     DEFAULT_MAX_PROPERTIES,
+    ClosedMidMessage,
     RawReader,
 )
 from pyspark_s2s.protocol.raw.rules import (
@@ -132,6 +133,7 @@ __all__ = [
     "NEED_DATA",
     "PROTOCOL_RESOURCE",
     "PROTOCOL_VERSIONS",
+    "ClosedMidMessage",
     "HandshakeProperty",
     "HandshakeRequest",
     "PacketEvent",

@@ -67,6 +67,7 @@ __all__ = [
     "DEFAULT_MAX_PEERS",
     "DEFAULT_MAX_PROPERTIES",
     "NEED_DATA",
+    "ClosedMidMessage",
     "RawReader",
 ]
 
@@ -136,6 +137,11 @@ class _Cursor:
         self.pos += 2 + length
         return text
 
+
+
+class ClosedMidMessage(ProtocolError):
+    """The peer closed the connection before a message (or a packet section) was complete: the
+    bytes ended, none was wrong. The connection's owner may report it as a broken connection."""
 
 class RawReader:
     """What one peer sent on a RAW connection, read message by message (see the module doc).
@@ -221,7 +227,7 @@ class RawReader:
                 ) from None
             if self._eof:
                 self._failed = True
-                raise ProtocolError(
+                raise ClosedMidMessage(
                     f"the connection closed before {what} was complete "
                     f"({avail} of {inc.total} bytes)"
                 ) from None
@@ -468,7 +474,7 @@ class RawReader:
             ev = self._decoder_event(dec)
             if ev is NEED_DATA:
                 if self._eof:
-                    raise ProtocolError(
+                    raise ClosedMidMessage(
                         f"the connection closed inside packet {dec.packets + 1} "
                         "(no FINISH_TRANSACTION)"
                     )
@@ -510,7 +516,7 @@ class RawReader:
         ev = self._frames.next_event()
         if ev is None:
             if self._eof:
-                raise ProtocolError(
+                raise ClosedMidMessage(
                     f"the connection closed after packet {dec.packets} before its frame ended"
                 )
             return False
@@ -538,7 +544,7 @@ class RawReader:
                         f"at most {self._max_message} are accepted"
                     ) from None
                 if self._eof:
-                    raise ProtocolError(
+                    raise ClosedMidMessage(
                         f"the connection closed before the response code after packet {dec.packets}"
                     ) from None
                 return None
