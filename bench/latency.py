@@ -639,6 +639,7 @@ def main(argv: list[str] | None = None) -> int:
                             continue
                         df = source_df(spark, spec, url, qwork, load.feeder_port, 50, source_options)
                         q = start_query(spark, spec, df, url, qwork, seen)
+
                         def report(cell: Cell) -> None:
                             cells.append(cell)
                             save(cells, args.json)

@@ -122,10 +122,9 @@ class ReceiveTransaction(_ReceiveBase, _Transaction):
         err = self._fail(exc)
         if not self._gave_back:
             self._gave_back = True
-            url = f"{self.transaction_url}?responseCode={int(ResponseCode.CANCEL_TRANSACTION)}"
             try:
-                resp = self._transport.request("DELETE", url, headers=self._hdrs(Accept="application/json"),
-                                               timeout=min(self._timeout, GIVE_BACK_TIMEOUT))
+                resp, _ = self._delete({"responseCode": int(ResponseCode.CANCEL_TRANSACTION)},
+                                       timeout=min(self._timeout, GIVE_BACK_TIMEOUT))
                 logger.info("transaction %s: the download broke (%s); canceled it (HTTP %d) so that the "
                             "server rolls back now", self.transaction_url, err.message, resp.status)
             except S2SError as cancel_error:

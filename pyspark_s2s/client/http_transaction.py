@@ -170,10 +170,11 @@ class _Transaction(_TransactionBase, metaclass=abc.ABCMeta):
             raise self._err(_result_error(resp, resp.body, f"PUT {self.transaction_url} (extend TTL)"))
         logger.debug("extended transaction %s", self.transaction_url)
 
-    def _delete(self, params: dict[str, Any]) -> tuple[Any, TransactionResult]:
+    def _delete(self, params: dict[str, Any], timeout: float | None = None) -> tuple[Any, TransactionResult]:
         url = f"{self.transaction_url}?{urlencode(params)}"
         try:
-            resp = self._transport.request("DELETE", url, headers=self._hdrs(Accept="application/json"))
+            resp = self._transport.request("DELETE", url, headers=self._hdrs(Accept="application/json"),
+                                           timeout=timeout)
         except S2SError as exc:
             raise self._err(exc) from None
         if resp.status not in (200, 400):

@@ -50,7 +50,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_IDLE_TIMEOUT = 30.0
 
 
-
 class _HeadReader:
     """The connection's reader while a request head is parsed: notes whether a line came back
     empty, i.e. the head ended at the close instead of at its blank line."""
@@ -67,6 +66,7 @@ class _HeadReader:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.raw, name)
+
 
 class NodeServer(NodeListener, ThreadingHTTPServer):
     """The listener of one node. TLS handshakes run in the connection's own thread.

@@ -138,10 +138,10 @@ class _Cursor:
         return text
 
 
-
 class ClosedMidMessage(ProtocolError):
     """The peer closed the connection before a message (or a packet section) was complete: the
     bytes ended, none was wrong. The connection's owner may report it as a broken connection."""
+
 
 class RawReader:
     """What one peer sent on a RAW connection, read message by message (see the module doc).
