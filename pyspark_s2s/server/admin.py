@@ -197,6 +197,8 @@ def _status(h: AdminRequest) -> dict[str, Any]:
         "secure": h.app.secure,
         "process": process_memory(),
         "faults": h.app.faults.list(),
+        # the transactions /s2s-admin/transactions lists: the newest, up to a fixed limit
+        "history": {"transactions": len(cluster.history), "limit": cluster.history.maxlen},
     }
     replication = _replication(h)
     if replication is not None:  # --replicas R: the coordinator, its term, the buckets
