@@ -485,6 +485,71 @@ def live_heap_mib(pid: int, timeout: float = 60.0) -> float:
     return round(heap_used_mib(done.stdout), 1)
 
 
+#: the address range a heap line ends with: "[0x00000000c0000000, 0x0000000100000000)" (G1), or
+#: three addresses (start, end of what is committed, end of what is reserved) for each generation
+_HEAP_RANGE = re.compile(r"\[(0x[0-9a-fA-F]+),.*?(0x[0-9a-fA-F]+)\)")
+
+
+def heap_range(heap_info: str) -> tuple[int, int] | None:
+    """The address range ``GC.heap_info`` gives for the Java heap (every generation's reservation
+    together), or None if it names none."""
+    spans = [(int(m.group(1), 16), int(m.group(2), 16)) for line in heap_info.splitlines()
+             if _HEAP_LINE.match(line) and (m := _HEAP_RANGE.search(line))]
+    if not spans:
+        return None
+    return min(a for a, _ in spans), max(b for _, b in spans)
+
+
+def jvm_heap_range(pid: int, timeout: float = 60.0) -> tuple[int, int] | None:
+    """Where JVM ``pid`` reserved its Java heap (asked once with ``jcmd GC.heap_info``: the
+    reservation does not move); None if jcmd fails."""
+    try:
+        jcmd = str(Path(os.readlink(f"/proc/{pid}/exe")).with_name("jcmd"))
+        done = subprocess.run([jcmd, str(pid), "GC.heap_info"], capture_output=True, timeout=timeout, check=True,
+                              text=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return heap_range(done.stdout)
+
+
+_MAPPING = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) (\S{4}) ")
+
+
+def rss_split(smaps: str, lo: int, hi: int) -> tuple[float, float, float]:
+    """From ``/proc/<pid>/smaps``: the MiB resident in ``lo .. hi`` (the Java heap), the MiB
+    committed there (its mappings that may be written), and the MiB resident elsewhere (metaspace,
+    code, thread stacks, malloc, mapped files). A JVM's RSS that grows only in the first, up to
+    the second, is heap pages touched for the first time, which stops at the committed heap."""
+    heap_rss = heap_committed = other = 0
+    inside = writable = False
+    for line in smaps.splitlines():
+        m = _MAPPING.match(line)
+        if m:
+            start = int(m.group(1), 16)
+            inside = lo <= start < hi
+            writable = "w" in m.group(3)
+        elif line.startswith("Rss:"):
+            kib = int(line.split()[1])
+            if inside:
+                heap_rss += kib
+            else:
+                other += kib
+        elif inside and writable and line.startswith("Size:"):
+            heap_committed += int(line.split()[1])
+    return heap_rss / 1024.0, heap_committed / 1024.0, other / 1024.0
+
+
+def jvm_rss_split(pid: int, span: tuple[int, int] | None) -> tuple[float, float, float]:
+    """:func:`rss_split` of a live JVM; NaNs if its heap range or its smaps cannot be read."""
+    if span is None:
+        return (math.nan, math.nan, math.nan)
+    try:
+        smaps = Path(f"/proc/{pid}/smaps").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return (math.nan, math.nan, math.nan)
+    return tuple(round(x, 1) for x in rss_split(smaps, *span))  # type: ignore[return-value]
+
+
 def dir_bytes(path: Path, *, skip: str | None = None) -> int:
     total = 0
     for root, dirs, files in os.walk(path):
@@ -555,6 +620,8 @@ class _Soak:
         #: the verdict reads them back from the CSV; latency goes into the two judged windows
         self.windows = {w: {q: Histogram() for q in QUERIES} for w in ("early", "late")}
         self.live_heap_at = {q: -math.inf for q in QUERIES}
+        #: each query's driver JVM pid and where its Java heap lies (asked once per JVM)
+        self.heap_spans: dict[str, tuple[int | None, tuple[int, int] | None]] = {}
         self.sampled = 0
         self.query_restarts: dict[str, int] = {}
         self.committed = {"flowfile": 0, "records": 0}  # ids committed by the producer
@@ -820,6 +887,12 @@ class _Soak:
         for q, d in drivers.items():
             jvms, workers, _ = spark_processes(d.proc.pid, children) if d.alive() and d.proc else ([], [], [])
             s[f"jvm_{q}_rss_mib"], s[f"jvm_{q}_fds"], s[f"jvm_{q}_threads"] = _proc(jvms[0] if jvms else None)
+            split: tuple[float, float, float] = (math.nan, math.nan, math.nan)
+            if jvms:
+                if self.heap_spans.get(q, (None, None))[0] != jvms[0]:
+                    self.heap_spans[q] = (jvms[0], jvm_heap_range(jvms[0]))
+                split = jvm_rss_split(jvms[0], self.heap_spans[q][1])
+            s[f"jvm_{q}_heap_rss_mib"], s[f"jvm_{q}_heap_committed_mib"], s[f"jvm_{q}_nonheap_rss_mib"] = split
             if self.cfg.live_heap_every > 0:
                 s[f"jvm_{q}_live_mib"] = math.nan
                 if jvms and t - self.live_heap_at[q] >= self.cfg.live_heap_every:
@@ -846,10 +919,13 @@ class _Soak:
         s["data_dir_bytes"] = dir_bytes(srv.data_dir) if srv.data_dir is not None else 0
         for k in range(2):
             s[f"queued_node{k}"] = math.nan
+        s["server_history"] = math.nan
         try:
             if srv.alive():
-                for n in srv.admin.nodes():
+                status = srv.admin.status()
+                for n in status["nodes"]:
                     s[f"queued_node{n['index']}"] = int(n["queued"]) if n["alive"] else math.nan
+                s["server_history"] = int(status["history"]["transactions"])
         except Exception:  # noqa: BLE001, S110 - the server may be down for a moment
             pass
         s["_mono"] = now
@@ -1086,7 +1162,8 @@ RESOURCES = tuple(
     [f"jvm_{q}_{m}" for q in QUERIES for m in ("rss_mib", "live_mib", "fds", "threads")]
     + [f"workers_{q}_{m}" for q in QUERIES for m in ("rss_sum_mib", "rss_max_mib", "fds", "threads")]
     + [f"runner_{q}_rss_mib" for q in QUERIES]
-    + ["server_rss_mib", "server_fds", "server_threads", "collector_net_rss_mib", "collector_fds",
+    + [f"jvm_{q}_{m}" for q in QUERIES for m in ("heap_rss_mib", "heap_committed_mib", "nonheap_rss_mib")]
+    + ["server_rss_mib", "server_history", "server_fds", "server_threads", "collector_net_rss_mib", "collector_fds",
        "collector_threads"]
     + [f"{d}_{q}_bytes" for d in ("staging", "checkpoint", "indoubt") for q in QUERIES]
     + ["data_dir_bytes", "queued_node0", "queued_node1"])

@@ -25,9 +25,12 @@ from faults.pipeline_soak import (
     Histogram,
     MiB,
     SoakConfig,
+    heap_range,
     heap_used_mib,
     judge,
+    read_samples,
     restarts_of,
+    rss_split,
     run,
 )
 
@@ -58,6 +61,20 @@ def test_two_queries_under_kills_for_a_minute_and_a_half(tmp_path: Path) -> None
     assert kinds == {"server_kill", "driver_kill", "workers_kill", "late_answer"}, where  # 4 in 90 s: each once
     assert all(f.fired >= 1 for f in outcome.faults if f.fault != "workers_kill"), where
     assert sum(outcome.driver_starts.values()) >= 3, where
+    # each driver JVM's RSS split into its Java heap (never more than the heap committed) and the
+    # rest, which add up to the RSS; the server's transaction history counted
+    rows = read_samples(tmp_path / "out" / "samples.csv")
+    split = [(r[f"jvm_{q}_rss_mib"], r[f"jvm_{q}_heap_rss_mib"], r[f"jvm_{q}_heap_committed_mib"],
+              r[f"jvm_{q}_nonheap_rss_mib"]) for r in rows for q in outcome.books
+             if not math.isnan(r[f"jvm_{q}_heap_rss_mib"]) and not math.isnan(r[f"jvm_{q}_rss_mib"])]
+    assert len(split) >= len(rows), where
+    for rss, heap, committed, rest in split:
+        assert 0 < heap <= committed + 1 and rest > 0, (rss, heap, committed, rest)
+    # read a moment apart (a JVM just started grows by tens of MiB in that moment), so compared
+    # by their median
+    gaps = sorted(abs(heap + rest - rss) / rss for rss, heap, _, rest in split)
+    assert gaps[len(gaps) // 2] < 0.05, gaps
+    assert max(r["server_history"] for r in rows if not math.isnan(r["server_history"])) > 0, where
     with open(tmp_path / "out" / "samples.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) >= 8, where
@@ -119,6 +136,31 @@ def test_heap_info_of_each_collector_is_read_as_the_heap_used() -> None:
     assert heap_used_mib(g1) == 60.0
     assert heap_used_mib(parallel) == 11.0
     assert math.isnan(heap_used_mib("7:\ncommand not found\n"))
+    # where the heap lies: every generation's reservation together, never Metaspace's
+    assert heap_range(serial) == (0xC0000000, 0x100000000)
+    assert heap_range(g1) == (0xC0000000, 0x100000000)
+    assert heap_range(parallel) == (0xC0000000, 0x100000000)
+    assert heap_range("7:\ncommand not found\n") is None
+
+
+def test_a_jvms_rss_is_split_into_the_heap_and_the_rest() -> None:
+    smaps = """c0000000-c8000000 rw-p 00000000 00:00 0
+Size:             131072 kB
+Rss:               90000 kB
+Pss:               90000 kB
+c8000000-100000000 ---p 00000000 00:00 0
+Size:             917504 kB
+Rss:                   0 kB
+55d0c0000000-55d0c0001000 r-xp 00000000 08:01 1234                       /usr/lib/jvm/bin/java
+Size:                  4 kB
+Rss:                   4 kB
+7f0000000000-7f0004000000 rw-p 00000000 00:00 0
+Size:              65536 kB
+Rss:               20476 kB
+VmFlags: rd wr mr mw me nr sd
+"""
+    heap_rss, committed, other = rss_split(smaps, 0xC0000000, 0x100000000)
+    assert (heap_rss, committed, other) == (90000 / 1024, 128.0, 20480 / 1024)
 
 
 def test_the_verdict_finds_growth_and_latency_drift() -> None:
