@@ -1464,6 +1464,12 @@ def _pair(text: str) -> tuple[float, float]:
     return float(lo), float(hi or lo)
 
 
+def _interrupted(signum: int, frame: Any) -> None:
+    """SIGTERM as Ctrl-C: the run's ``finally`` stops its threads, drivers, proxy and server (by
+    default SIGTERM ends the process at once and leaves them all running)."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m faults.pipeline_soak", description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=30.0)
@@ -1516,6 +1522,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                                                            flush=True)))
     print(f"faults.pipeline_soak: seed {seed}, {args.minutes:g} min, {args.ff_rate:g} FlowFiles/s + "
           f"{args.record_rate:g} records/s offered", flush=True)
+    signal.signal(signal.SIGTERM, _interrupted)  # a scheduler's stop: the server and drivers go too
     outcome = run(cfg)
     print(summary(outcome), flush=True)
     if not outcome.ok:
