@@ -114,6 +114,9 @@ class SoakConfig:
     #: every this many seconds, each driver JVM's live heap: a full GC forced (``jcmd GC.run``), then
     #: what the heap still holds (``GC.heap_info``); 0: never (the forced GC changes what it measures)
     live_heap_every: float = 0.0
+    #: every this many seconds, each driver JVM's native memory by NMT category (the JVMs then start
+    #: with ``-XX:NativeMemoryTracking=summary``, which costs them a little); 0: never
+    nmt_every: float = 0.0
     progress: Callable[[str], None] = field(default=lambda line: None)
 
     @property
@@ -293,7 +296,8 @@ def driver_main(config_path: str) -> int:
 
     spark = local_session(f"pipeline-soak-{cfg['query']}", **{
         "spark.master": "local[2,4]", "spark.driver.memory": cfg["driver_memory"],
-        "spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
+        "spark.driver.extraJavaOptions": "-XX:+UseSerialGC"
+                                         + (" -XX:NativeMemoryTracking=summary" if cfg.get("nmt") else ""),
         # what a driver meant to run for weeks sets (docs/spark.md "Queries that run for weeks"):
         # Spark's status store keeps the last 1,000 jobs, stages and SQL executions and 100,000
         # tasks by default, UI or not, which at a micro-batch a second takes hours to fill
@@ -512,6 +516,46 @@ def jvm_heap_range(pid: int, timeout: float = 60.0) -> tuple[int, int] | None:
     return heap_range(done.stdout)
 
 
+#: the NMT categories sampled (``jcmd <pid> VM.native_memory summary``), as column keys; ``rest``
+#: is what the others leave of ``total``, ``malloc`` the part of ``total`` the JVM got from malloc
+NMT_KEYS = ("total", "malloc", "java_heap", "class", "thread", "code", "gc", "compiler", "internal", "other",
+            "symbol", "arena_chunk", "rest")
+_NMT_CATEGORY = re.compile(r"^-\s+(.+?) \(reserved=(\d+)(KB|MB|GB)?, committed=(\d+)(KB|MB|GB)?\)")
+_NMT_TOTAL = re.compile(r"^Total: reserved=(\d+)(KB|MB|GB)?, committed=(\d+)(KB|MB|GB)?")
+_NMT_MALLOC = re.compile(r"^\s+malloc: (\d+)(KB|MB|GB)?")
+_SCALE = {None: 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}
+
+
+def nmt_mib(summary: str) -> dict[str, float]:
+    """The committed MiB per category of an NMT summary (``jcmd VM.native_memory summary``, or
+    ``-XX:+PrintNMTStatistics`` at exit), keyed as :data:`NMT_KEYS`; empty if it holds none."""
+    out: dict[str, float] = {}
+    for line in summary.splitlines():
+        if m := _NMT_TOTAL.match(line):
+            out["total"] = int(m.group(3)) * _SCALE[m.group(4)] / MiB
+        elif (m := _NMT_MALLOC.match(line)) and "total" in out and "malloc" not in out:
+            out["malloc"] = int(m.group(1)) * _SCALE[m.group(2)] / MiB
+        elif m := _NMT_CATEGORY.match(line):
+            key = m.group(1).strip().lower().replace(" ", "_")
+            if key in NMT_KEYS:
+                out[key] = int(m.group(4)) * _SCALE[m.group(5)] / MiB
+    if "total" in out:
+        named = sum(v for k, v in out.items() if k not in ("total", "malloc"))
+        out["rest"] = out["total"] - named
+    return {k: round(v, 1) for k, v in out.items()}
+
+
+def jvm_nmt_mib(pid: int, timeout: float = 60.0) -> dict[str, float]:
+    """:func:`nmt_mib` of a live JVM started with ``-XX:NativeMemoryTracking``; empty if jcmd fails."""
+    try:
+        jcmd = str(Path(os.readlink(f"/proc/{pid}/exe")).with_name("jcmd"))
+        done = subprocess.run([jcmd, str(pid), "VM.native_memory", "summary", "scale=KB"], capture_output=True,
+                              timeout=timeout, check=True, text=True)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return nmt_mib(done.stdout)
+
+
 _MAPPING = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) (\S{4}) ")
 
 
@@ -620,6 +664,7 @@ class _Soak:
         #: the verdict reads them back from the CSV; latency goes into the two judged windows
         self.windows = {w: {q: Histogram() for q in QUERIES} for w in ("early", "late")}
         self.live_heap_at = {q: -math.inf for q in QUERIES}
+        self.nmt_at = {q: -math.inf for q in QUERIES}
         #: each query's driver JVM pid and where its Java heap lies (asked once per JVM)
         self.heap_spans: dict[str, tuple[int | None, tuple[int, int] | None]] = {}
         self.sampled = 0
@@ -893,6 +938,13 @@ class _Soak:
                     self.heap_spans[q] = (jvms[0], jvm_heap_range(jvms[0]))
                 split = jvm_rss_split(jvms[0], self.heap_spans[q][1])
             s[f"jvm_{q}_heap_rss_mib"], s[f"jvm_{q}_heap_committed_mib"], s[f"jvm_{q}_nonheap_rss_mib"] = split
+            if self.cfg.nmt_every > 0:
+                due = jvms and t - self.nmt_at[q] >= self.cfg.nmt_every
+                if due:
+                    self.nmt_at[q] = t
+                nmt = jvm_nmt_mib(jvms[0]) if due else {}
+                for key in NMT_KEYS:
+                    s[f"jvm_{q}_nmt_{key}_mib"] = nmt.get(key, math.nan)
             if self.cfg.live_heap_every > 0:
                 s[f"jvm_{q}_live_mib"] = math.nan
                 if jvms and t - self.live_heap_at[q] >= self.cfg.live_heap_every:
@@ -990,7 +1042,8 @@ class _Soak:
                 srv.start_fresh()
                 proxy.start()
                 config = {"url": srv.url, "address_map": proxy.address_map, "driver_memory": cfg.driver_memory,
-                          "in_doubt_retention": cfg.in_doubt_retention, "source_options": dict(cfg.source_options)}
+                          "in_doubt_retention": cfg.in_doubt_retention, "source_options": dict(cfg.source_options),
+                          "nmt": cfg.nmt_every > 0}
                 for q in QUERIES:
                     drivers[q] = Driver(q, self.work, config)
                     drivers[q].start()
@@ -1163,6 +1216,7 @@ RESOURCES = tuple(
     + [f"workers_{q}_{m}" for q in QUERIES for m in ("rss_sum_mib", "rss_max_mib", "fds", "threads")]
     + [f"runner_{q}_rss_mib" for q in QUERIES]
     + [f"jvm_{q}_{m}" for q in QUERIES for m in ("heap_rss_mib", "heap_committed_mib", "nonheap_rss_mib")]
+    + [f"jvm_{q}_nmt_{k}_mib" for q in QUERIES for k in NMT_KEYS]
     + ["server_rss_mib", "server_history", "server_fds", "server_threads", "collector_net_rss_mib", "collector_fds",
        "collector_threads"]
     + [f"{d}_{q}_bytes" for d in ("staging", "checkpoint", "indoubt") for q in QUERIES]
@@ -1374,6 +1428,7 @@ def plot(csv_path: str | os.PathLike[str], png_path: str | os.PathLike[str], *, 
         (axes[0][1], "latency (ms)", [(f"lat_{p}_{q}_ms", 1, f"{q} {p}") for q in QUERIES for p in ("p50", "p99")],
          True),
         (axes[1][0], "RSS (MiB)", [(f"jvm_{q}_rss_mib", 1, f"JVM {q}") for q in QUERIES]
+         + [(f"jvm_{q}_nonheap_rss_mib", 1, f"JVM {q} outside its heap") for q in QUERIES]
          + [(f"workers_{q}_rss_sum_mib", 1, f"workers {q} (sum)") for q in QUERIES]
          + [(f"runner_{q}_rss_mib", 1, f"source runner {q}") for q in QUERIES]
          + [("server_rss_mib", 1, "server"), ("collector_net_rss_mib", 1, "collector (net of ledger)")], False),
@@ -1488,6 +1543,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--live-heap-every", type=float, default=0.0, metavar="SECONDS",
                    help="sample each driver JVM's live heap this often: a full GC forced with jcmd, then the heap "
                         "it leaves (column jvm_<query>_live_mib; default 0: never)")
+    p.add_argument("--nmt-every", type=float, default=0.0, metavar="SECONDS",
+                   help="start the driver JVMs with -XX:NativeMemoryTracking=summary and sample their native memory "
+                        "by category this often (columns jvm_<query>_nmt_<category>_mib; default 0: never)")
     p.add_argument("--plot", metavar="CSV", help="only draw CSV's plot next to it and exit")
     p.add_argument("--judge", metavar="DIR", help="only judge a finished run's DIR again and print the verdict")
     p.add_argument("--week-bound", type=float, default=0.10,
@@ -1517,7 +1575,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      ff_rate=args.ff_rate, record_rate=args.record_rate, records_per_flowfile=args.records_per_flowfile,
                      fault_every=args.fault_every, faults=faults, replicas=args.replicas, week_bound=args.week_bound,
                      source_options=dict(o.split("=", 1) for o in args.source_option),
-                     live_heap_every=args.live_heap_every,
+                     live_heap_every=args.live_heap_every, nmt_every=args.nmt_every,
                      progress=(lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr,
                                                                                            flush=True)))
     print(f"faults.pipeline_soak: seed {seed}, {args.minutes:g} min, {args.ff_rate:g} FlowFiles/s + "
