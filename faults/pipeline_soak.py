@@ -971,13 +971,14 @@ class _Soak:
         s["data_dir_bytes"] = dir_bytes(srv.data_dir) if srv.data_dir is not None else 0
         for k in range(2):
             s[f"queued_node{k}"] = math.nan
-        s["server_history"] = math.nan
+        s["server_history"] = s["server_py_blocks"] = math.nan
         try:
             if srv.alive():
                 status = srv.admin.status()
                 for n in status["nodes"]:
                     s[f"queued_node{n['index']}"] = int(n["queued"]) if n["alive"] else math.nan
                 s["server_history"] = int(status["history"]["transactions"])
+                s["server_py_blocks"] = int(status["process"]["allocatedBlocks"])
         except Exception:  # noqa: BLE001, S110 - the server may be down for a moment
             pass
         s["_mono"] = now
@@ -1217,7 +1218,7 @@ RESOURCES = tuple(
     + [f"runner_{q}_rss_mib" for q in QUERIES]
     + [f"jvm_{q}_{m}" for q in QUERIES for m in ("heap_rss_mib", "heap_committed_mib", "nonheap_rss_mib")]
     + [f"jvm_{q}_nmt_{k}_mib" for q in QUERIES for k in NMT_KEYS]
-    + ["server_rss_mib", "server_history", "server_fds", "server_threads", "collector_net_rss_mib", "collector_fds",
+    + ["server_rss_mib", "server_history", "server_py_blocks", "server_fds", "server_threads", "collector_net_rss_mib", "collector_fds",
        "collector_threads"]
     + [f"{d}_{q}_bytes" for d in ("staging", "checkpoint", "indoubt") for q in QUERIES]
     + ["data_dir_bytes", "queued_node0", "queued_node1"])

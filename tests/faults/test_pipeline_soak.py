@@ -53,7 +53,7 @@ def test_two_queries_under_kills_for_a_minute_and_a_half(tmp_path: Path) -> None
     cfg = SoakConfig(minutes=1.5, seed=seed, out_dir=str(tmp_path / "out"), ff_rate=40.0, record_rate=1000.0,
                      records_per_flowfile=50, fault_every=(17.0, 20.0),
                      faults=("server_kill", "driver_kill", "workers_kill", "late_answer"), drain_seconds=120.0,
-                     nmt_every=20.0, progress=lines.append)
+                     nmt_every=45.0, progress=lines.append)
     outcome = run(cfg)
     where = f"seed {seed}; " + "\n".join(lines[-40:])
     for query, t in outcome.books.items():
@@ -79,10 +79,11 @@ def test_two_queries_under_kills_for_a_minute_and_a_half(tmp_path: Path) -> None
     gaps = sorted(abs(heap + rest - rss) / rss for rss, heap, _, rest in split)
     assert gaps[len(gaps) // 2] < 0.05, gaps
     assert max(r["server_history"] for r in rows if not math.isnan(r["server_history"])) > 0, where
-    # the drivers ran with NMT, sampled every 20 s: the heap as committed, and more outside it
+    assert min(r["server_py_blocks"] for r in rows if not math.isnan(r["server_py_blocks"])) > 10_000, where
+    # the drivers ran with NMT, sampled every 45 s: the heap as committed, and more outside it
     nmt = [(r[f"jvm_{q}_nmt_java_heap_mib"], r[f"jvm_{q}_nmt_total_mib"], r[f"jvm_{q}_heap_committed_mib"])
            for r in rows for q in outcome.books if not math.isnan(r[f"jvm_{q}_nmt_total_mib"])]
-    assert len(nmt) >= 4, where
+    assert len(nmt) >= 3, where
     assert all(heap > 0 and total > heap and abs(heap - committed) < 0.02 * heap + 1
                for heap, total, committed in nmt if not math.isnan(committed)), nmt
     with open(tmp_path / "out" / "samples.csv", newline="") as f:
