@@ -387,7 +387,7 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
     glibc gives each new thread an arena of its own, up to 8 per core, and what a thread frees is
     reused only from its arena. The server hands every connection to a thread of its own, so
     memory freed by one connection sat in an arena the next one may not use, and the process
-    grew with nothing more held: under one steady load, 13 MiB/h by default, 2.7 MiB/h with 2
+    grew with nothing more held: under one steady load, 6.7 MiB/h by default and 1.5 MiB/h with 2
     arenas, while the blocks Python held stayed flat (docs/reliability.md, "Pipeline soak").
     Left alone when ``MALLOC_ARENA_MAX`` is set (the operator's choice) and where the C library
     is not glibc. A call into the C library through ctypes, not code of ours compiled."""
