@@ -114,6 +114,9 @@ class SoakConfig:
     #: every this many seconds, each driver JVM's live heap: a full GC forced (``jcmd GC.run``), then
     #: what the heap still holds (``GC.heap_info``); 0: never (the forced GC changes what it measures)
     live_heap_every: float = 0.0
+    #: every this many seconds, each driver JVM's native memory by NMT category (the JVMs then start
+    #: with ``-XX:NativeMemoryTracking=summary``, which costs them a little); 0: never
+    nmt_every: float = 0.0
     progress: Callable[[str], None] = field(default=lambda line: None)
 
     @property
@@ -293,7 +296,8 @@ def driver_main(config_path: str) -> int:
 
     spark = local_session(f"pipeline-soak-{cfg['query']}", **{
         "spark.master": "local[2,4]", "spark.driver.memory": cfg["driver_memory"],
-        "spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
+        "spark.driver.extraJavaOptions": "-XX:+UseSerialGC"
+                                         + (" -XX:NativeMemoryTracking=summary" if cfg.get("nmt") else ""),
         # what a driver meant to run for weeks sets (docs/spark.md "Queries that run for weeks"):
         # Spark's status store keeps the last 1,000 jobs, stages and SQL executions and 100,000
         # tasks by default, UI or not, which at a micro-batch a second takes hours to fill
@@ -485,6 +489,111 @@ def live_heap_mib(pid: int, timeout: float = 60.0) -> float:
     return round(heap_used_mib(done.stdout), 1)
 
 
+#: the address range a heap line ends with: "[0x00000000c0000000, 0x0000000100000000)" (G1), or
+#: three addresses (start, end of what is committed, end of what is reserved) for each generation
+_HEAP_RANGE = re.compile(r"\[(0x[0-9a-fA-F]+),.*?(0x[0-9a-fA-F]+)\)")
+
+
+def heap_range(heap_info: str) -> tuple[int, int] | None:
+    """The address range ``GC.heap_info`` gives for the Java heap (every generation's reservation
+    together), or None if it names none."""
+    spans = [(int(m.group(1), 16), int(m.group(2), 16)) for line in heap_info.splitlines()
+             if _HEAP_LINE.match(line) and (m := _HEAP_RANGE.search(line))]
+    if not spans:
+        return None
+    return min(a for a, _ in spans), max(b for _, b in spans)
+
+
+def jvm_heap_range(pid: int, timeout: float = 60.0) -> tuple[int, int] | None:
+    """Where JVM ``pid`` reserved its Java heap (asked once with ``jcmd GC.heap_info``: the
+    reservation does not move); None if jcmd fails."""
+    try:
+        jcmd = str(Path(os.readlink(f"/proc/{pid}/exe")).with_name("jcmd"))
+        done = subprocess.run([jcmd, str(pid), "GC.heap_info"], capture_output=True, timeout=timeout, check=True,
+                              text=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return heap_range(done.stdout)
+
+
+#: the NMT categories sampled (``jcmd <pid> VM.native_memory summary``), as column keys; ``rest``
+#: is what the others leave of ``total``, ``malloc`` the part of ``total`` the JVM got from malloc
+NMT_KEYS = ("total", "malloc", "java_heap", "class", "thread", "code", "gc", "compiler", "internal", "other",
+            "symbol", "arena_chunk", "rest")
+_NMT_CATEGORY = re.compile(r"^-\s+(.+?) \(reserved=(\d+)(KB|MB|GB)?, committed=(\d+)(KB|MB|GB)?\)")
+_NMT_TOTAL = re.compile(r"^Total: reserved=(\d+)(KB|MB|GB)?, committed=(\d+)(KB|MB|GB)?")
+_NMT_MALLOC = re.compile(r"^\s+malloc: (\d+)(KB|MB|GB)?")
+_SCALE = {None: 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}
+
+
+def nmt_mib(summary: str) -> dict[str, float]:
+    """The committed MiB per category of an NMT summary (``jcmd VM.native_memory summary``, or
+    ``-XX:+PrintNMTStatistics`` at exit), keyed as :data:`NMT_KEYS`; empty if it holds none."""
+    out: dict[str, float] = {}
+    for line in summary.splitlines():
+        if m := _NMT_TOTAL.match(line):
+            out["total"] = int(m.group(3)) * _SCALE[m.group(4)] / MiB
+        elif (m := _NMT_MALLOC.match(line)) and "total" in out and "malloc" not in out:
+            out["malloc"] = int(m.group(1)) * _SCALE[m.group(2)] / MiB
+        elif m := _NMT_CATEGORY.match(line):
+            key = m.group(1).strip().lower().replace(" ", "_")
+            if key in NMT_KEYS:
+                out[key] = int(m.group(4)) * _SCALE[m.group(5)] / MiB
+    if "total" in out:
+        named = sum(v for k, v in out.items() if k not in ("total", "malloc"))
+        out["rest"] = out["total"] - named
+    return {k: round(v, 1) for k, v in out.items()}
+
+
+def jvm_nmt_mib(pid: int, timeout: float = 60.0) -> dict[str, float]:
+    """:func:`nmt_mib` of a live JVM started with ``-XX:NativeMemoryTracking``; empty if jcmd fails."""
+    try:
+        jcmd = str(Path(os.readlink(f"/proc/{pid}/exe")).with_name("jcmd"))
+        done = subprocess.run([jcmd, str(pid), "VM.native_memory", "summary", "scale=KB"], capture_output=True,
+                              timeout=timeout, check=True, text=True)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return nmt_mib(done.stdout)
+
+
+_MAPPING = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) (\S{4}) ")
+
+
+def rss_split(smaps: str, lo: int, hi: int) -> tuple[float, float, float]:
+    """From ``/proc/<pid>/smaps``: the MiB resident in ``lo .. hi`` (the Java heap), the MiB
+    committed there (its mappings that may be written), and the MiB resident elsewhere (metaspace,
+    code, thread stacks, malloc, mapped files). A JVM's RSS that grows only in the first, up to
+    the second, is heap pages touched for the first time, which stops at the committed heap."""
+    heap_rss = heap_committed = other = 0
+    inside = writable = False
+    for line in smaps.splitlines():
+        m = _MAPPING.match(line)
+        if m:
+            start = int(m.group(1), 16)
+            inside = lo <= start < hi
+            writable = "w" in m.group(3)
+        elif line.startswith("Rss:"):
+            kib = int(line.split()[1])
+            if inside:
+                heap_rss += kib
+            else:
+                other += kib
+        elif inside and writable and line.startswith("Size:"):
+            heap_committed += int(line.split()[1])
+    return heap_rss / 1024.0, heap_committed / 1024.0, other / 1024.0
+
+
+def jvm_rss_split(pid: int, span: tuple[int, int] | None) -> tuple[float, float, float]:
+    """:func:`rss_split` of a live JVM; NaNs if its heap range or its smaps cannot be read."""
+    if span is None:
+        return (math.nan, math.nan, math.nan)
+    try:
+        smaps = Path(f"/proc/{pid}/smaps").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return (math.nan, math.nan, math.nan)
+    return tuple(round(x, 1) for x in rss_split(smaps, *span))  # type: ignore[return-value]
+
+
 def dir_bytes(path: Path, *, skip: str | None = None) -> int:
     total = 0
     for root, dirs, files in os.walk(path):
@@ -555,6 +664,9 @@ class _Soak:
         #: the verdict reads them back from the CSV; latency goes into the two judged windows
         self.windows = {w: {q: Histogram() for q in QUERIES} for w in ("early", "late")}
         self.live_heap_at = {q: -math.inf for q in QUERIES}
+        self.nmt_at = {q: -math.inf for q in QUERIES}
+        #: each query's driver JVM pid and where its Java heap lies (asked once per JVM)
+        self.heap_spans: dict[str, tuple[int | None, tuple[int, int] | None]] = {}
         self.sampled = 0
         self.query_restarts: dict[str, int] = {}
         self.committed = {"flowfile": 0, "records": 0}  # ids committed by the producer
@@ -820,6 +932,19 @@ class _Soak:
         for q, d in drivers.items():
             jvms, workers, _ = spark_processes(d.proc.pid, children) if d.alive() and d.proc else ([], [], [])
             s[f"jvm_{q}_rss_mib"], s[f"jvm_{q}_fds"], s[f"jvm_{q}_threads"] = _proc(jvms[0] if jvms else None)
+            split: tuple[float, float, float] = (math.nan, math.nan, math.nan)
+            if jvms:
+                if self.heap_spans.get(q, (None, None))[0] != jvms[0]:
+                    self.heap_spans[q] = (jvms[0], jvm_heap_range(jvms[0]))
+                split = jvm_rss_split(jvms[0], self.heap_spans[q][1])
+            s[f"jvm_{q}_heap_rss_mib"], s[f"jvm_{q}_heap_committed_mib"], s[f"jvm_{q}_nonheap_rss_mib"] = split
+            if self.cfg.nmt_every > 0:
+                due = jvms and t - self.nmt_at[q] >= self.cfg.nmt_every
+                if due:
+                    self.nmt_at[q] = t
+                nmt = jvm_nmt_mib(jvms[0]) if due else {}
+                for key in NMT_KEYS:
+                    s[f"jvm_{q}_nmt_{key}_mib"] = nmt.get(key, math.nan)
             if self.cfg.live_heap_every > 0:
                 s[f"jvm_{q}_live_mib"] = math.nan
                 if jvms and t - self.live_heap_at[q] >= self.cfg.live_heap_every:
@@ -846,10 +971,14 @@ class _Soak:
         s["data_dir_bytes"] = dir_bytes(srv.data_dir) if srv.data_dir is not None else 0
         for k in range(2):
             s[f"queued_node{k}"] = math.nan
+        s["server_history"] = s["server_py_blocks"] = math.nan
         try:
             if srv.alive():
-                for n in srv.admin.nodes():
+                status = srv.admin.status()
+                for n in status["nodes"]:
                     s[f"queued_node{n['index']}"] = int(n["queued"]) if n["alive"] else math.nan
+                s["server_history"] = int(status["history"]["transactions"])
+                s["server_py_blocks"] = int(status["process"]["allocatedBlocks"])
         except Exception:  # noqa: BLE001, S110 - the server may be down for a moment
             pass
         s["_mono"] = now
@@ -914,7 +1043,8 @@ class _Soak:
                 srv.start_fresh()
                 proxy.start()
                 config = {"url": srv.url, "address_map": proxy.address_map, "driver_memory": cfg.driver_memory,
-                          "in_doubt_retention": cfg.in_doubt_retention, "source_options": dict(cfg.source_options)}
+                          "in_doubt_retention": cfg.in_doubt_retention, "source_options": dict(cfg.source_options),
+                          "nmt": cfg.nmt_every > 0}
                 for q in QUERIES:
                     drivers[q] = Driver(q, self.work, config)
                     drivers[q].start()
@@ -1086,7 +1216,9 @@ RESOURCES = tuple(
     [f"jvm_{q}_{m}" for q in QUERIES for m in ("rss_mib", "live_mib", "fds", "threads")]
     + [f"workers_{q}_{m}" for q in QUERIES for m in ("rss_sum_mib", "rss_max_mib", "fds", "threads")]
     + [f"runner_{q}_rss_mib" for q in QUERIES]
-    + ["server_rss_mib", "server_fds", "server_threads", "collector_net_rss_mib", "collector_fds",
+    + [f"jvm_{q}_{m}" for q in QUERIES for m in ("heap_rss_mib", "heap_committed_mib", "nonheap_rss_mib")]
+    + [f"jvm_{q}_nmt_{k}_mib" for q in QUERIES for k in NMT_KEYS]
+    + ["server_rss_mib", "server_history", "server_py_blocks", "server_fds", "server_threads", "collector_net_rss_mib", "collector_fds",
        "collector_threads"]
     + [f"{d}_{q}_bytes" for d in ("staging", "checkpoint", "indoubt") for q in QUERIES]
     + ["data_dir_bytes", "queued_node0", "queued_node1"])
@@ -1297,6 +1429,7 @@ def plot(csv_path: str | os.PathLike[str], png_path: str | os.PathLike[str], *, 
         (axes[0][1], "latency (ms)", [(f"lat_{p}_{q}_ms", 1, f"{q} {p}") for q in QUERIES for p in ("p50", "p99")],
          True),
         (axes[1][0], "RSS (MiB)", [(f"jvm_{q}_rss_mib", 1, f"JVM {q}") for q in QUERIES]
+         + [(f"jvm_{q}_nonheap_rss_mib", 1, f"JVM {q} outside its heap") for q in QUERIES]
          + [(f"workers_{q}_rss_sum_mib", 1, f"workers {q} (sum)") for q in QUERIES]
          + [(f"runner_{q}_rss_mib", 1, f"source runner {q}") for q in QUERIES]
          + [("server_rss_mib", 1, "server"), ("collector_net_rss_mib", 1, "collector (net of ledger)")], False),
@@ -1387,6 +1520,12 @@ def _pair(text: str) -> tuple[float, float]:
     return float(lo), float(hi or lo)
 
 
+def _interrupted(signum: int, frame: Any) -> None:
+    """SIGTERM as Ctrl-C: the run's ``finally`` stops its threads, drivers, proxy and server (by
+    default SIGTERM ends the process at once and leaves them all running)."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m faults.pipeline_soak", description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=30.0)
@@ -1405,6 +1544,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--live-heap-every", type=float, default=0.0, metavar="SECONDS",
                    help="sample each driver JVM's live heap this often: a full GC forced with jcmd, then the heap "
                         "it leaves (column jvm_<query>_live_mib; default 0: never)")
+    p.add_argument("--nmt-every", type=float, default=0.0, metavar="SECONDS",
+                   help="start the driver JVMs with -XX:NativeMemoryTracking=summary and sample their native memory "
+                        "by category this often (columns jvm_<query>_nmt_<category>_mib; default 0: never)")
     p.add_argument("--plot", metavar="CSV", help="only draw CSV's plot next to it and exit")
     p.add_argument("--judge", metavar="DIR", help="only judge a finished run's DIR again and print the verdict")
     p.add_argument("--week-bound", type=float, default=0.10,
@@ -1434,11 +1576,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                      ff_rate=args.ff_rate, record_rate=args.record_rate, records_per_flowfile=args.records_per_flowfile,
                      fault_every=args.fault_every, faults=faults, replicas=args.replicas, week_bound=args.week_bound,
                      source_options=dict(o.split("=", 1) for o in args.source_option),
-                     live_heap_every=args.live_heap_every,
+                     live_heap_every=args.live_heap_every, nmt_every=args.nmt_every,
                      progress=(lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr,
                                                                                            flush=True)))
     print(f"faults.pipeline_soak: seed {seed}, {args.minutes:g} min, {args.ff_rate:g} FlowFiles/s + "
           f"{args.record_rate:g} records/s offered", flush=True)
+    signal.signal(signal.SIGTERM, _interrupted)  # a scheduler's stop: the server and drivers go too
     outcome = run(cfg)
     print(summary(outcome), flush=True)
     if not outcome.ok:

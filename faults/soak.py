@@ -22,9 +22,10 @@ fails (exit status 1, every violation listed) when:
   end of the warm-up, in either process. Why 96 MiB: what may legitimately still grow after the
   warm-up is a new high-water mark of the queued content (at most the queue cap, 32 MiB) and of the
   batches in flight, and the server's transaction history, which keeps the last 10,000 transactions
-  (about 3.5 KB each, so up to ~35 MiB; at ~150 transactions/s it fills in about a minute, after a
-  30 s warm-up). A leak of 64 bytes per FlowFile exceeds the bound within 1.5 million FlowFiles and
-  one of 3 KB per transaction within ~30,000 transactions; a 3-minute run moves more than both (the
+  (about 0.6 KB of RSS each since the Transaction is slotted, 1.2 KB before, so ~6 MiB; at ~150
+  transactions/s it fills in about a minute, after a 30 s warm-up). A leak of 64 bytes per
+  FlowFile exceeds the bound within 1.5 million FlowFiles and one of 3 KB per transaction within
+  ~30,000 transactions; a 3-minute run moves more than both (the
   summary prints the growth per FlowFile to compare). The leak this soak found grew by 5.8 KB per
   FlowFile (2.4 GB in 30 s);
 * threads or open file descriptors of either process do not return to their value before the

@@ -16,8 +16,11 @@ line on standard output:
   the moment of the match for ``down``; without ``match``, from the start of the connection):
   ``cut`` forwards exactly those bytes and then cuts both sides, with a reset (``rst``, linger 0)
   or a close (``fin``; the kernel still answers a reset where unread bytes remain); ``hold``
-  stops forwarding that direction for ``seconds`` and then carries on. It fires on at most
-  ``count`` connections (default 1; ``null`` = every one).
+  stops forwarding that direction for ``seconds`` and then carries on; ``replace`` (``down``
+  only) sends the client ``bytes`` (text, each character one byte: Latin-1) instead of the rest
+  of the server's stream and then closes both sides as ``cut`` does (``mode`` default ``fin``):
+  what a gateway does that gives up on the server's answer and writes its own. It fires on at most ``count`` connections
+  (default 1; ``null`` = every one).
 * ``{"cmd": "clear"}`` disarms every rule; ``{"cmd": "stats"}`` answers the number of
   connections accepted and open and every rule with how often it fired;
   ``{"cmd": "quit"}`` ends the proxy.
@@ -70,6 +73,7 @@ class ProxyRule:
     mode: str = "rst"
     seconds: float = 0.0
     count: int | None = 1
+    replacement: bytes = b""
     armed: int = 0
     fired: int = 0
 
@@ -77,11 +81,13 @@ class ProxyRule:
     def from_json(cls, rule_id: int, body: dict[str, Any]) -> ProxyRule:
         action = body.get("action", "cut")
         direction = body.get("direction")
-        mode = body.get("mode", "rst")
-        if action not in ("cut", "hold"):
-            raise ValueError(f"action must be cut or hold, not {action!r}")
+        mode = body.get("mode", "fin" if action == "replace" else "rst")
+        if action not in ("cut", "hold", "replace"):
+            raise ValueError(f"action must be cut, hold or replace, not {action!r}")
         if direction not in ("up", "down"):
             raise ValueError(f"direction must be up or down, not {direction!r}")
+        if action == "replace" and direction != "down":
+            raise ValueError("replace replaces what the server sends: its direction must be down")
         if mode not in ("rst", "fin"):
             raise ValueError(f"mode must be rst or fin, not {mode!r}")
         after = int(body.get("after", 0))
@@ -100,6 +106,7 @@ class ProxyRule:
             mode=mode,
             seconds=float(body.get("seconds", 0.0)),
             count=None if count is None else int(count),
+            replacement=str(body.get("bytes", "")).encode("latin-1"),
         )
 
     def describe(self) -> dict[str, Any]:
@@ -261,7 +268,9 @@ class Proxy:
                         with self.lock:
                             conn.sent[direction] += head
                     data = data[head:]
-                    if first.rule.action == "cut":
+                    if first.rule.action == "replace":
+                        dst.sendall(first.rule.replacement)
+                    if first.rule.action in ("cut", "replace"):
                         self._cut(conn, first.rule.mode)
                         return
                     time.sleep(first.rule.seconds)
@@ -383,8 +392,9 @@ class TcpProxy:
     """
 
     def __init__(self, target_port: int, *, rules: list[dict[str, Any]] | None = None,
-                 max_seconds: float = 600.0, timeout: float = 15.0) -> None:
+                 max_seconds: float = 600.0, timeout: float = 15.0, listen_port: int = 0) -> None:
         self.target_port = target_port
+        self.listen_port = listen_port
         self.rules = list(rules or [])
         self.max_seconds = max_seconds
         self.timeout = timeout
@@ -398,7 +408,7 @@ class TcpProxy:
         env = dict(os.environ)
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         args = [sys.executable, "-m", "faults.tcpproxy", "--target", f"127.0.0.1:{self.target_port}",
-                "--max-seconds", str(self.max_seconds)]
+                "--listen-port", str(self.listen_port), "--max-seconds", str(self.max_seconds)]
         for rule in self.rules:
             args += ["--rule", json.dumps(rule)]
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -448,6 +458,10 @@ class TcpProxy:
 
     def hold(self, direction: str, seconds: float, **params: Any) -> int:
         return self.rule("hold", direction, seconds=seconds, **params)
+
+    def replace(self, data: bytes, **params: Any) -> int:
+        """What the server sends from the rule's point on is dropped; ``data`` goes to the client."""
+        return self.rule("replace", "down", bytes=data.decode("latin-1"), **params)
 
     def clear(self) -> None:
         self.command(cmd="clear")

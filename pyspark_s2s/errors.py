@@ -30,6 +30,7 @@ __all__ = [
     "ChecksumMismatch",
     "CommandError",
     "ConfigError",
+    "GatewayError",
     "HTTPStatusError",
     "HandshakeError",
     "MalformedRecordSet",
@@ -50,6 +51,7 @@ __all__ = [
     "UnknownPortError",
     "UsageError",
     "error_for_response",
+    "outcome_unknown",
 ]
 
 _CONTEXT_FIELDS = ("option", "peer", "port", "transaction", "http_status", "response_code")
@@ -259,6 +261,30 @@ class PeerUnreachableError(TransportError):
     nothing it asked for happened. A commit or confirm failing so was not carried out, unlike
     one whose connection broke after it was sent (a plain :class:`TransportError`, outcome
     unknown)."""
+
+
+class GatewayError(TransportError):
+    """A gateway in front of the peer (a reverse proxy, a load balancer) answered in its place
+    that it got no valid answer from it in time: HTTP 502 or 504 with a body that is not NiFi's
+    (``http_status`` says which). The request may have reached NiFi and been carried out, so a
+    commit or confirm failing so is in doubt, as when the connection breaks after it was sent."""
+
+
+#: the HTTP statuses by which a gateway says it got no valid answer from the server behind it
+GATEWAY_NO_ANSWER = frozenset((502, 504))
+
+
+def outcome_unknown(exc: BaseException) -> bool:
+    """Whether a request that changes the peer's state (a commit, a confirm) may have been carried
+    out although it raised ``exc``: it went out and no answer of the peer's came back (a broken
+    connection, a time-out, an answer cut short or unreadable, a gateway's 502/504). False when
+    the peer answered (an HTTP status of its own, a response code) or the request was never
+    sent (:class:`PeerUnreachableError`). Not meaningful for an error raised before the request."""
+    if isinstance(exc, PeerUnreachableError):
+        return False
+    if isinstance(exc, GatewayError):
+        return True
+    return isinstance(exc, S2SError) and exc.http_status is None
 
 
 class HTTPStatusError(S2SError):

@@ -26,7 +26,7 @@ from pyspark_s2s.client.config import SiteToSiteClientConfig
 from pyspark_s2s.client.http import HttpTransport
 from pyspark_s2s.client.http_receive import ReceiveTransaction
 from pyspark_s2s.client.http_send import SendTransaction
-from pyspark_s2s.client.http_transaction import _result_error
+from pyspark_s2s.client.http_transaction import _result_error, _unreadable_answer
 from pyspark_s2s.client.peers import PeerManager
 from pyspark_s2s.client.siteinfo import SiteInfo, SiteInfoProvider
 from pyspark_s2s.client.transaction import TransactionCompletion, TransactionHandle
@@ -389,6 +389,9 @@ class SiteToSiteClient:
         started = time.monotonic()
         self._raw_handle(handle, "committed")
         resp, ctx = self._handle_request("DELETE", handle, "?responseCode=12")
+        lost = _unreadable_answer(resp, f"commit DELETE {handle.transaction_url}", **ctx)
+        if lost is not None:
+            raise lost
         result = TransactionResult.parse(resp.body)
         if resp.status != 200:
             raise _result_error(resp, resp.body, f"commit DELETE {handle.transaction_url}", **ctx)
@@ -412,6 +415,9 @@ class SiteToSiteClient:
         self._raw_handle(handle, "confirm")
         resp, ctx = self._handle_request(
             "DELETE", handle, f"?responseCode={int(ResponseCode.CONFIRM_TRANSACTION)}&checksum={handle.checksum}")
+        lost = _unreadable_answer(resp, f"confirm DELETE {handle.transaction_url}", **ctx)
+        if lost is not None:
+            raise lost
         result = TransactionResult.parse(resp.body)
         if result.response_code == ResponseCode.BAD_CHECKSUM:
             raise ChecksumMismatch(

@@ -19,7 +19,11 @@ from typing import TYPE_CHECKING, Any
 from urllib3.exceptions import HTTPError
 
 from pyspark_s2s.client.http import cut_in_headers, unframed
-from pyspark_s2s.client.http_transaction import _result_error, _Transaction
+from pyspark_s2s.client.http_transaction import (
+    _result_error,
+    _Transaction,
+    _unreadable_answer,
+)
 from pyspark_s2s.client.receiving import (
     INLINE_CONTENT,
     READ_CHUNK,
@@ -215,6 +219,9 @@ class ReceiveTransaction(_ReceiveBase, _Transaction):
         except S2SError as exc:
             raise self._fail(exc) from None
         code = result.response_code
+        lost = _unreadable_answer(resp, f"confirm DELETE {self.transaction_url}")
+        if lost is not None:
+            raise self._fail(lost)
         if code == ResponseCode.BAD_CHECKSUM:
             raise self._fail(ChecksumMismatch(
                 f"Received a BadChecksum response from peer: our CRC32 was {crc}"

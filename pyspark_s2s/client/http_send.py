@@ -17,7 +17,11 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pyspark_s2s.client.http_transaction import _result_error, _Transaction
+from pyspark_s2s.client.http_transaction import (
+    _result_error,
+    _Transaction,
+    _unreadable_answer,
+)
 from pyspark_s2s.client.http_upload import _Upload
 from pyspark_s2s.client.sending import _DIRECT, _SLICE, SEND_CHUNK, _SendBase
 from pyspark_s2s.client.transaction import TransactionCompletion, TransactionHandle
@@ -245,6 +249,9 @@ class SendTransaction(_SendBase, _Transaction):
         except S2SError as exc:
             raise self._fail(exc) from None
         code = result.response_code
+        lost = _unreadable_answer(resp, f"commit DELETE {self.transaction_url}")
+        if lost is not None:
+            raise self._fail(lost)
         if resp.status != 200 or code not in (13, 14):
             err = _result_error(resp, resp.body, f"commit DELETE {self.transaction_url}") if resp.status != 200 \
                 else ProtocolError(

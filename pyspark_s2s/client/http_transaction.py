@@ -24,9 +24,12 @@ from urllib.parse import urlencode
 from pyspark_s2s.client.http import HttpTransport
 from pyspark_s2s.client.transaction import _TransactionBase
 from pyspark_s2s.errors import (
+    GATEWAY_NO_ANSWER,
+    GatewayError,
     HTTPStatusError,
     S2SError,
     TransactionStateError,
+    TransportError,
     UnauthorizedError,
     error_for_response,
 )
@@ -50,10 +53,24 @@ def _result_error(resp: Any, body: bytes, what: str, **ctx: Any) -> S2SError:
             msg += f": {result.message}"
         return error_for_response(status, result.response_code, msg, **ctx)
     snippet = text.replace("\n", " ")[:300]
+    if status in GATEWAY_NO_ANSWER:
+        return GatewayError(f"{what}: HTTP {status} from a gateway, not an answer of NiFi's: {snippet}; the request "
+                            "may have reached NiFi", http_status=status, **ctx)
     if status in (401, 403):
         return UnauthorizedError(f"{what} was refused: HTTP {status} {snippet}", http_status=status, **ctx)
     return HTTPStatusError(f"{what}: HTTP {status} {snippet}", http_status=status,
                            retriable=status >= 500, **ctx)
+
+
+def _unreadable_answer(resp: Any, what: str, **ctx: Any) -> TransportError | None:
+    """A 200 answer to a commit or confirm that holds no transaction result, as an error; None for
+    any other answer. NiFi always sends one, so something between it and us spoiled the answer:
+    it is not NiFi's word, and whether NiFi carried the request out is unknown."""
+    if resp.status != 200 or TransactionResult.read(resp.body) is not None:
+        return None
+    snippet = resp.body[:200].decode("utf-8", "replace").replace("\n", " ")
+    return TransportError(f"{what} answered HTTP 200 without a transaction result ({snippet!r}); whether NiFi "
+                          "carried it out is unknown", **ctx)
 
 
 class _KeepAlive:

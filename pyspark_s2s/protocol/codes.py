@@ -146,18 +146,28 @@ class TransactionResult:
         ``responseCode`` becomes ``ABORT`` with the raw text as message (NiFi 1.x did the
         same for any parse failure).
         """
+        result = cls.read(body)
+        if result is None:
+            return cls(0, ResponseCode.ABORT, body.decode("utf-8", "replace") if isinstance(body, bytes) else body)
+        return result
+
+    @classmethod
+    def read(cls, body: bytes | str) -> TransactionResult | None:
+        """The result a body holds, or None when it holds none (not a JSON object with an integer
+        ``responseCode``): for a caller to whom an unreadable answer means something else than
+        an ABORT (a commit's answer that never came whole leaves the outcome unknown)."""
         text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
         try:
             data = json.loads(text)
         except (ValueError, RecursionError):  # RecursionError: nested deeper than json can read
-            data = None
+            return None
         if not isinstance(data, dict):
-            return cls(0, ResponseCode.ABORT, text)
+            return None
         code = data.get("responseCode")
         sent = data.get("flowFileSent", 0)
         message = data.get("message")
         if not isinstance(code, int) or isinstance(code, bool):
-            return cls(0, ResponseCode.ABORT, text)
+            return None
         if not isinstance(sent, int) or isinstance(sent, bool):
             sent = 0
         return cls(sent, code, message if isinstance(message, str) else None)

@@ -213,6 +213,22 @@ def terminal_states(table: Mapping[tuple[S, E], S]) -> frozenset[S]:
     return frozenset(s for s in reachable if s not in sources)
 
 
+#: the terminal states of each table a machine walked, by the table's id (the table is kept with
+#: them, so its id cannot be reused): computed once, not per machine. A server's history keeps
+#: 10,000 finished transactions, each with its machine; two sets each made ~360 B of them.
+_TERMINAL: dict[int, tuple[Mapping[tuple[object, object], object], frozenset[object]]] = {}
+
+
+def _terminal_of(table: Mapping[tuple[S, E], S]) -> frozenset[S]:
+    known = _TERMINAL.get(id(table))
+    if known is not None and known[0] is table:
+        return known[1]  # type: ignore[return-value]
+    states = terminal_states(table)
+    if len(_TERMINAL) < 64:  # the module's tables, and a few a caller or test builds
+        _TERMINAL[id(table)] = (table, states)  # type: ignore[assignment]
+    return states
+
+
 class TransactionStateMachine(Generic[S, E]):
     """Walks a transition table. Illegal events raise and leave the state untouched.
 
@@ -230,7 +246,7 @@ class TransactionStateMachine(Generic[S, E]):
     ) -> None:
         self._table = table
         self._state = initial
-        self._terminal = terminal_states(table)
+        self._terminal = _terminal_of(table)
         self.transaction = transaction
 
     @property

@@ -21,6 +21,7 @@ import json
 import os
 import re
 import resource
+import sys
 from collections.abc import Callable
 from itertools import islice
 from typing import Any, Protocol
@@ -102,7 +103,9 @@ class AdminRequestError(Exception):
 
 
 def process_memory() -> dict[str, int]:
-    """Current and peak resident set size of this process, in bytes."""
+    """Current and peak resident set size of this process, in bytes, and the memory blocks Python
+    has allocated (``sys.getallocatedblocks``): what Python holds, where RSS also keeps what it
+    freed but the allocator did not give back (a high-water mark, not a leak)."""
     rss = 0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     try:
@@ -114,7 +117,7 @@ def process_memory() -> dict[str, int]:
                     peak = int(line.split()[1]) * 1024
     except OSError:
         pass  # not Linux: ru_maxrss is the best we have
-    return {"pid": os.getpid(), "rssBytes": rss, "peakRssBytes": peak}
+    return {"pid": os.getpid(), "rssBytes": rss, "peakRssBytes": peak, "allocatedBlocks": sys.getallocatedblocks()}
 
 
 def _read_json(h: AdminRequest) -> dict[str, Any]:
@@ -197,6 +200,8 @@ def _status(h: AdminRequest) -> dict[str, Any]:
         "secure": h.app.secure,
         "process": process_memory(),
         "faults": h.app.faults.list(),
+        # the transactions /s2s-admin/transactions lists: the newest, up to a fixed limit
+        "history": {"transactions": len(cluster.history), "limit": cluster.history.maxlen},
     }
     replication = _replication(h)
     if replication is not None:  # --replicas R: the coordinator, its term, the buckets

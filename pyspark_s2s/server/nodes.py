@@ -132,7 +132,7 @@ class Port:
 # -- transactions ------------------------------------------------------------------------------
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Transaction:
     id: str
     node: int

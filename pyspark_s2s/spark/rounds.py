@@ -33,7 +33,7 @@ once"):
 4. The first confirm: accepted → ``confirmed``. Refused by the server (bad checksum, expired) or
    never sent (connection refused): NiFi did not commit, so the staged round is dropped and the
    task fails; NiFi rolls back and the retry reads the FlowFiles again. Its outcome unknown (the
-   answer lost): the round stays ``pending``, the task fails, and the retry settles it.
+   answer lost, cut short or unreadable, or a gateway's 502/504 in its place): the round stays ``pending``, the task fails, and the retry settles it.
 5. Settling a ``pending`` round (in a retried task, or in an attempt that finds another attempt
    staged the round first): the confirm is sent again with the staged checksum. Accepted →
    ``confirmed on retry``. "Not found" less than half the TTL after staging → the first confirm
@@ -79,6 +79,7 @@ from pyspark_s2s.errors import (
     PeerUnreachableError,
     S2SError,
     TransactionNotFoundError,
+    outcome_unknown,
 )
 from pyspark_s2s.protocol.codes import Direction
 from pyspark_s2s.protocol.transaction import to_mermaid
@@ -462,8 +463,9 @@ def stage(client: SiteToSiteClient, opts: SparkOptions, part: Partition, staging
             except S2SError as exc:
                 # the server answered (bad checksum, transaction expired), or the confirm never
                 # reached it (connection refused): either way NiFi did not commit; it rolls back,
-                # and the FlowFiles are read again. Otherwise the outcome is unknown.
-                refused = exc.http_status is not None or isinstance(exc, PeerUnreachableError)
+                # and the FlowFiles are read again. Otherwise (no answer, one cut short or
+                # unreadable, a gateway's 502/504) the outcome is unknown.
+                refused = not outcome_unknown(exc)
                 s = step(RoundPhase.PENDING, RoundEvent.CONFIRM_REFUSED if refused else RoundEvent.CONFIRM_LOST)
                 if s.to is RoundPhase.UNSTAGED:
                     _store(staging, pending, s, retention)

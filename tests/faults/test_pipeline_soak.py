@@ -15,6 +15,9 @@ import csv
 import math
 import os
 import random
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -25,9 +28,13 @@ from faults.pipeline_soak import (
     Histogram,
     MiB,
     SoakConfig,
+    heap_range,
     heap_used_mib,
     judge,
+    nmt_mib,
+    read_samples,
     restarts_of,
+    rss_split,
     run,
 )
 
@@ -46,7 +53,7 @@ def test_two_queries_under_kills_for_a_minute_and_a_half(tmp_path: Path) -> None
     cfg = SoakConfig(minutes=1.5, seed=seed, out_dir=str(tmp_path / "out"), ff_rate=40.0, record_rate=1000.0,
                      records_per_flowfile=50, fault_every=(17.0, 20.0),
                      faults=("server_kill", "driver_kill", "workers_kill", "late_answer"), drain_seconds=120.0,
-                     progress=lines.append)
+                     nmt_every=45.0, progress=lines.append)
     outcome = run(cfg)
     where = f"seed {seed}; " + "\n".join(lines[-40:])
     for query, t in outcome.books.items():
@@ -58,6 +65,27 @@ def test_two_queries_under_kills_for_a_minute_and_a_half(tmp_path: Path) -> None
     assert kinds == {"server_kill", "driver_kill", "workers_kill", "late_answer"}, where  # 4 in 90 s: each once
     assert all(f.fired >= 1 for f in outcome.faults if f.fault != "workers_kill"), where
     assert sum(outcome.driver_starts.values()) >= 3, where
+    # each driver JVM's RSS split into its Java heap (never more than the heap committed) and the
+    # rest, which add up to the RSS; the server's transaction history counted
+    rows = read_samples(tmp_path / "out" / "samples.csv")
+    split = [(r[f"jvm_{q}_rss_mib"], r[f"jvm_{q}_heap_rss_mib"], r[f"jvm_{q}_heap_committed_mib"],
+              r[f"jvm_{q}_nonheap_rss_mib"]) for r in rows for q in outcome.books
+             if not math.isnan(r[f"jvm_{q}_heap_rss_mib"]) and not math.isnan(r[f"jvm_{q}_rss_mib"])]
+    assert len(split) >= len(rows), where
+    for rss, heap, committed, rest in split:
+        assert 0 < heap <= committed + 1 and rest > 0, (rss, heap, committed, rest)
+    # read a moment apart (a JVM just started grows by tens of MiB in that moment), so compared
+    # by their median
+    gaps = sorted(abs(heap + rest - rss) / rss for rss, heap, _, rest in split)
+    assert gaps[len(gaps) // 2] < 0.05, gaps
+    assert max(r["server_history"] for r in rows if not math.isnan(r["server_history"])) > 0, where
+    assert min(r["server_py_blocks"] for r in rows if not math.isnan(r["server_py_blocks"])) > 10_000, where
+    # the drivers ran with NMT, sampled every 45 s: the heap as committed, and more outside it
+    nmt = [(r[f"jvm_{q}_nmt_java_heap_mib"], r[f"jvm_{q}_nmt_total_mib"], r[f"jvm_{q}_heap_committed_mib"])
+           for r in rows for q in outcome.books if not math.isnan(r[f"jvm_{q}_nmt_total_mib"])]
+    assert len(nmt) >= 3, where
+    assert all(heap > 0 and total > heap and abs(heap - committed) < 0.02 * heap + 1
+               for heap, total, committed in nmt if not math.isnan(committed)), nmt
     with open(tmp_path / "out" / "samples.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) >= 8, where
@@ -119,6 +147,56 @@ def test_heap_info_of_each_collector_is_read_as_the_heap_used() -> None:
     assert heap_used_mib(g1) == 60.0
     assert heap_used_mib(parallel) == 11.0
     assert math.isnan(heap_used_mib("7:\ncommand not found\n"))
+    # where the heap lies: every generation's reservation together, never Metaspace's
+    assert heap_range(serial) == (0xC0000000, 0x100000000)
+    assert heap_range(g1) == (0xC0000000, 0x100000000)
+    assert heap_range(parallel) == (0xC0000000, 0x100000000)
+    assert heap_range("7:\ncommand not found\n") is None
+
+
+def _java() -> str:
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    assert java, "Java 17+ is a prerequisite (README)"
+    return java
+
+
+def test_a_real_jvms_native_memory_summary_is_read_per_category() -> None:
+    """``-XX:+PrintNMTStatistics`` prints what ``jcmd VM.native_memory summary`` prints, in bytes;
+    jcmd's ``scale=KB`` form is the same text with KB after each number."""
+    done = subprocess.run([_java(), "-XX:NativeMemoryTracking=summary", "-XX:+UnlockDiagnosticVMOptions",
+                           "-XX:+PrintNMTStatistics", "-XX:+UseSerialGC", "-Xms64m", "-Xmx64m", "-version"],
+                          capture_output=True, text=True, timeout=120, check=True)
+    text = done.stdout + done.stderr
+    got = nmt_mib(text)
+    assert got["java_heap"] == 64.0
+    assert 64.0 < got["total"] < 1024 and 0 < got["malloc"] < got["total"]
+    assert all(got[k] > 0 for k in ("class", "thread", "code", "symbol")), got
+    assert abs(sum(v for k, v in got.items() if k not in ("total", "malloc")) - got["total"]) < 0.5
+    in_kb = re.sub(r"=(\d+)", lambda m: f"={int(m.group(1)) // 1024}KB", text)
+    in_kb = re.sub(r"malloc: (\d+)", lambda m: f"malloc: {int(m.group(1)) // 1024}KB", in_kb)
+    assert nmt_mib(in_kb)["java_heap"] == 64.0 and abs(nmt_mib(in_kb)["total"] - got["total"]) < 0.1
+    assert nmt_mib("1234:\nNative memory tracking is not enabled\n") == {}
+
+
+def test_a_jvms_rss_is_split_into_the_heap_and_the_rest() -> None:
+    smaps = """c0000000-c8000000 rw-p 00000000 00:00 0
+Size:             131072 kB
+Rss:               90000 kB
+Pss:               90000 kB
+c8000000-100000000 ---p 00000000 00:00 0
+Size:             917504 kB
+Rss:                   0 kB
+55d0c0000000-55d0c0001000 r-xp 00000000 08:01 1234                       /usr/lib/jvm/bin/java
+Size:                  4 kB
+Rss:                   4 kB
+7f0000000000-7f0004000000 rw-p 00000000 00:00 0
+Size:              65536 kB
+Rss:               20476 kB
+VmFlags: rd wr mr mw me nr sd
+"""
+    heap_rss, committed, other = rss_split(smaps, 0xC0000000, 0x100000000)
+    assert (heap_rss, committed, other) == (90000 / 1024, 128.0, 20480 / 1024)
 
 
 def test_the_verdict_finds_growth_and_latency_drift() -> None:

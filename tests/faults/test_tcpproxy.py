@@ -1,6 +1,6 @@
 """The TCP proxy of the fault suite (faults/tcpproxy.py) on its own: it relays, cuts after exactly
 N bytes in the chosen direction, picks connections by number or by a match in new bytes only,
-holds, refuses bad rules, and exits when its parent closes its input.
+holds, replaces the server's answer, refuses bad rules, and exits when its parent closes its input.
 
 Owns: tests of faults/tcpproxy.py. Must not import: pyspark_s2s (the proxy knows nothing of it).
 """
@@ -109,11 +109,29 @@ def test_hold_delays_then_relays(sink: _Sink) -> None:
         assert proxy.fired(rule) == 1
 
 
+def test_replace_sends_its_bytes_for_the_servers_and_closes(sink: _Sink) -> None:
+    """A gateway's answer in place of the server's: the request reaches the server (it answers),
+    the client gets the rule's bytes instead, every one of them (Latin-1: one byte a character),
+    and then the end of the stream."""
+    with TcpProxy(sink.port) as proxy:
+        rule = proxy.replace(b"HTTP/1.1 504 Gateway Time-out\r\n\r\n\xff", match=r"DELETE /[a-z]")
+        with _connect(proxy) as c:
+            c.sendall(b"GET /a\n")
+            assert c.recv(10) == b"ok\n"
+            c.sendall(b"DELETE /b\n")
+            got = b""
+            while chunk := c.recv(100):
+                got += chunk
+        assert got == b"HTTP/1.1 504 Gateway Time-out\r\n\r\n\xff"
+        assert bytes(sink.received[0]) == b"GET /a\nDELETE /b\n" and proxy.fired(rule) == 1
+
+
 def test_bad_rules_are_refused_and_the_proxy_exits_with_its_input(sink: _Sink) -> None:
     proxy = TcpProxy(sink.port).start()
     try:
         for bad in ({"direction": "sideways"}, {"direction": "up", "mode": "slam"},
-                    {"direction": "up", "after": -1}, {"direction": "up", "match": "("}):
+                    {"direction": "up", "after": -1}, {"direction": "up", "match": "("},
+                    {"action": "replace", "direction": "up"}, {"action": "drop", "direction": "down"}):
             with pytest.raises(ValueError):
                 proxy.command(cmd="rule", **bad)
         proc = proxy.proc

@@ -155,8 +155,22 @@ def test_download_cut_after_the_server_finished_is_canceled_at_once(srv: FaultSe
 STATUS_LINE = 17
 
 
-@pytest.mark.parametrize("after", [0, STATUS_LINE], ids=["before-answer", "inside-headers"])
-def test_commit_answers_lost_by_proxy(srv: FaultServer, after: int) -> None:
+def _answer(status: str, body: bytes, *headers: str) -> bytes:
+    head = [f"HTTP/1.1 {status}", *headers, "Content-Type: text/html", f"Content-Length: {len(body)}",
+            "Connection: close"]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+#: what a gateway answers in NiFi's place when NiFi's answer is late (nginx's own page)
+GATEWAY_504 = _answer("504 Gateway Time-out", b"<html><head><title>504 Gateway Time-out</title></head></html>\r\n",
+                      "Server: nginx")
+#: a 200 whose body is no transaction result (a page some middlebox put there)
+UNREADABLE_200 = _answer("200 OK", b"<html></html>")
+
+
+@pytest.mark.parametrize("after", [0, STATUS_LINE, GATEWAY_504, UNREADABLE_200],
+                         ids=["before-answer", "inside-headers", "gateway-504", "unreadable-200"])
+def test_commit_answers_lost_by_proxy(srv: FaultServer, after: int | bytes) -> None:
     """The proxy lets the commit DELETE through and cuts its answer: the one place where the
     protocol allows a duplicate on the send side (the retry sends the committed batch again),
     while a receive settles its lost confirm answer with ``confirm_receive`` (404 soon after:
@@ -164,15 +178,23 @@ def test_commit_answers_lost_by_proxy(srv: FaultServer, after: int) -> None:
 
     Cut after the status line, the answer reads as "200, no body": that too is a lost answer
     (in doubt), not a refusal. Taken as a refusal, the sender's retry is a duplicate nobody
-    expects (the pipeline soak found this, issue 45)."""
+    expects (the pipeline soak found this, issue 45). So are a gateway's 504 in place of the
+    answer (the DELETE reached NiFi; nginx gave up on the answer) and a 200 whose body holds no
+    transaction result: taken as a refusal, the receive's confirm would drop FlowFiles NiFi had
+    let go, a loss."""
+    def arm(proxy: TcpProxy, match: str) -> int:
+        if isinstance(after, bytes):
+            return proxy.replace(after, match=match, mode="fin")
+        return proxy.cut("down", match=match, after=after, mode="fin")
+
     started = time.monotonic()
     ledger = Ledger()
-    batches = batches_of(f"commitlost{after}", 200, 50)
+    batches = batches_of(f"commitlost{len(after) if isinstance(after, bytes) else after}", 200, 50)
     ledger.expect(fid for b in batches for fid in b)
     with TcpProxy(srv.base_port) as proxy, srv.client("in", peer_address_map=proxy.address_map, **CLIENT) as c:
         sender = Sender(c)
         sender.send_batch(batches[0])
-        rule = proxy.cut("down", match=r"DELETE [^ ]*/input-ports/[^ ]*responseCode=12", after=after, mode="fin")
+        rule = arm(proxy, r"DELETE [^ ]*/input-ports/[^ ]*responseCode=12")
         sender.send_all(batches[1:])
         assert proxy.fired(rule) == 1
     assert sender.ambiguous == [batches[1]]
@@ -181,7 +203,7 @@ def test_commit_answers_lost_by_proxy(srv: FaultServer, after: int) -> None:
     with TcpProxy(srv.base_port) as proxy, \
             srv.client("out", peer_address_map=proxy.address_map, batch_count=60, **CLIENT) as c:
         receiver = Receiver(c, receive_ledger)
-        rule = proxy.cut("down", match=r"DELETE [^ ]*/output-ports/[^ ]*responseCode=12", after=after, mode="fin")
+        rule = arm(proxy, r"DELETE [^ ]*/output-ports/[^ ]*responseCode=12")
         receiver.receive_until_done(30)
         assert proxy.fired(rule) == 1
     assert receiver.settled == {"confirm had succeeded": 1}
@@ -192,7 +214,8 @@ def test_commit_answers_lost_by_proxy(srv: FaultServer, after: int) -> None:
     assert dup == set(batches[1]) and receive_ledger.duplicated() == 50
     assert all(n == 2 for fid, n in receive_ledger.arrived.items() if fid in dup)
     settle_transactions(srv)
-    case_report(f"commit answer lost (send) / confirm answer lost (receive), cut {after} B in", receive_ledger, srv, started,
+    how = f"replaced by {after.splitlines()[0].decode()}" if isinstance(after, bytes) else f"cut {after} B in"
+    case_report(f"commit answer lost (send) / confirm answer lost (receive), {how}", receive_ledger, srv, started,
                 ambiguous_send_batches=len(sender.ambiguous), settled=dict(receiver.settled))
 
 

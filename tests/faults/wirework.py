@@ -27,10 +27,10 @@ from pyspark_s2s.client.http_receive import ReceiveTransaction
 from pyspark_s2s.client.http_send import SendTransaction
 from pyspark_s2s.errors import (
     ChecksumMismatch,
-    PeerUnreachableError,
     S2SError,
     TransactionNotFoundError,
     TransactionStateError,
+    outcome_unknown,
 )
 
 __all__ = [
@@ -243,11 +243,12 @@ class Receiver:
 
 
 def _unanswered(exc: S2SError) -> bool:
-    """Whether a commit/confirm request failed without an answer after it may have reached the
-    server, so it may have been carried out. Not so: a failure raised before the request
-    (TransactionStateError), any HTTP answer, or a refused connection (PeerUnreachableError:
-    the request never left)."""
-    return not isinstance(exc, (TransactionStateError, PeerUnreachableError)) and exc.http_status is None
+    """Whether a commit/confirm request failed without an answer of the server's after it may have
+    reached it, so it may have been carried out (the client's ``outcome_unknown``: no answer, one
+    cut short or unreadable, a gateway's 502/504). Not so: a failure raised before the request
+    (TransactionStateError), an answer of the server's, or a refused connection
+    (PeerUnreachableError: the request never left)."""
+    return not isinstance(exc, TransactionStateError) and outcome_unknown(exc)
 
 
 @contextmanager

@@ -116,6 +116,9 @@ def test_send_then_receive_round_trip(srv: ServerThread, compress: bool) -> None
     outcomes = [(t["direction"], t["outcome"], t["flowFiles"]) for t in srv.admin.transactions()]
     assert outcomes == [("send", "committed", 3), ("send", "committed", 1), ("receive", "committed", 4),
                         ("receive", "no_data", 0)]
+    status = srv.admin.status()
+    assert status["history"] == {"transactions": 4, "limit": 10000}
+    assert 10_000 < status["process"]["allocatedBlocks"] < status["process"]["rssBytes"] // 16
 
 
 def test_many_small_flowfiles_in_one_transaction(srv: ServerThread) -> None:

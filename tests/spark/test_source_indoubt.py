@@ -6,6 +6,7 @@ them are dropped (and confirmed) by later rounds, also after a restart, within
 from __future__ import annotations
 
 import json
+import socket
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -17,13 +18,13 @@ from test_source_parts import _fill, _opts, _peer, _read, _stage_pending
 
 from pyspark_s2s.client import SiteToSiteClient
 from pyspark_s2s.client.arrow import ARROW_SCHEMA
-from pyspark_s2s.errors import ConfigError
+from pyspark_s2s.errors import ConfigError, GatewayError
 from pyspark_s2s.spark.indoubt import INDOUBT_SCOPE, InDoubtFilter
 from pyspark_s2s.spark.options import SparkOptions
 from pyspark_s2s.spark.rows import make_rows
-from pyspark_s2s.spark.schema import FILES_SCHEMA, SOURCE_SCHEMA
+from pyspark_s2s.spark.schema import FILES_SCHEMA, SOURCE_SCHEMA, arrow_source_schema
 from pyspark_s2s.spark.source import NiFiPartition, NiFiStreamReader, read_partition
-from pyspark_s2s.spark.staging import Resolution, StagingArea, batch_scope
+from pyspark_s2s.spark.staging import Resolution, RoundState, StagingArea, batch_scope
 
 server, srv, _, _ = server_fixtures("--output-port", "out", "--ttl", "30")
 
@@ -176,3 +177,40 @@ def test_a_bad_retention_names_the_option() -> None:
         _opts(inDoubtRetention="for a while")
     assert e.value.option == "inDoubtRetention" and "inDoubtRetention" in str(e.value)
     assert _opts(inDoubtRetention="2 days").in_doubt_retention == 172800
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_gateways_504_in_place_of_the_confirms_answer_keeps_the_round(tmp_path: Path) -> None:
+    """NiFi behind a gateway (nginx, a load balancer): the confirm DELETE reached NiFi, which
+    committed, and the gateway answered 504 in its place. That is no refusal of NiFi's: the round
+    stays pending, the task fails, and its retry finds the transaction gone within half the TTL
+    ("confirm had succeeded") and hands the rows over. Taken as a refusal, the round was dropped,
+    and the 10 FlowFiles NiFi had let go were lost."""
+    from faults.tcpproxy import TcpProxy
+
+    gateway = _free_port()  # the address NiFi advertises is the gateway's, as behind a real one
+    with ServerProcess("--output-port", "out", "--ttl", "30", "--advertised-port", str(gateway)) as srv, \
+            TcpProxy(int(srv.url.split(":")[2].split("/")[0]), listen_port=gateway) as proxy:
+        _fill(srv, 10)
+        page = b"<html><head><title>504 Gateway Time-out</title></head></html>"
+        rule = proxy.replace(b"HTTP/1.1 504 Gateway Time-out\r\nServer: nginx\r\nContent-Type: text/html\r\n"
+                             + f"Content-Length: {len(page)}\r\nConnection: close\r\n\r\n".encode() + page,
+                             match=r"DELETE [^ ]*/output-ports/[^ ]*responseCode=12", mode="fin")
+        staging = StagingArea(str(tmp_path))
+        part = NiFiPartition(batch_scope(2), 0, f"127.0.0.1:{gateway}")
+        opts = SparkOptions.parse({"url": f"http://127.0.0.1:{gateway}/nifi", "portName": "out"})
+        with pytest.raises(GatewayError, match="the confirm's outcome is unknown.*HTTP 504 from a gateway") as err:
+            list(read_partition(opts, arrow_source_schema(), part, staging))
+        assert err.value.http_status == 504 and proxy.fired(rule) == 1
+        assert srv.admin.queued("out") == 0  # NiFi committed
+        pending = staging.manifest(batch_scope(2), 0)
+        assert pending is not None and pending.state is RoundState.PENDING
+        rows = [r for b in read_partition(opts, arrow_source_schema(), part, staging) for r in b.to_pylist()]
+        assert _uuids(rows) == sorted(f"id-{i}" for i in range(10))
+        settled = staging.manifest(batch_scope(2), 0)
+        assert settled is not None and settled.resolution is Resolution.CONFIRM_HAD_SUCCEEDED
