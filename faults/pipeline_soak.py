@@ -476,17 +476,23 @@ def heap_used_mib(heap_info: str) -> float:
     return sum(used) / 1024.0 if used else math.nan
 
 
+def _jcmd(pid: int, *command: str, timeout: float = 60.0) -> str | None:
+    """What ``jcmd <pid> COMMAND...`` of JVM ``pid``'s own JDK prints; None if it fails."""
+    try:
+        jcmd = str(Path(os.readlink(f"/proc/{pid}/exe")).with_name("jcmd"))
+        return subprocess.run([jcmd, str(pid), *command], capture_output=True, timeout=timeout, check=True,
+                              text=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def live_heap_mib(pid: int, timeout: float = 60.0) -> float:
     """What JVM ``pid``'s heap holds right after a full GC (``jcmd`` of that JVM's own JDK): the
     live set, which a leak grows while RSS can still be the heap's expansion; NaN if jcmd fails."""
-    try:
-        jcmd = str(Path(os.readlink(f"/proc/{pid}/exe")).with_name("jcmd"))
-        subprocess.run([jcmd, str(pid), "GC.run"], capture_output=True, timeout=timeout, check=True)
-        done = subprocess.run([jcmd, str(pid), "GC.heap_info"], capture_output=True, timeout=timeout, check=True,
-                              text=True)
-    except (OSError, subprocess.SubprocessError):
+    if _jcmd(pid, "GC.run", timeout=timeout) is None:
         return math.nan
-    return round(heap_used_mib(done.stdout), 1)
+    info = _jcmd(pid, "GC.heap_info", timeout=timeout)
+    return math.nan if info is None else round(heap_used_mib(info), 1)
 
 
 #: the address range a heap line ends with: "[0x00000000c0000000, 0x0000000100000000)" (G1), or
@@ -507,13 +513,8 @@ def heap_range(heap_info: str) -> tuple[int, int] | None:
 def jvm_heap_range(pid: int, timeout: float = 60.0) -> tuple[int, int] | None:
     """Where JVM ``pid`` reserved its Java heap (asked once with ``jcmd GC.heap_info``: the
     reservation does not move); None if jcmd fails."""
-    try:
-        jcmd = str(Path(os.readlink(f"/proc/{pid}/exe")).with_name("jcmd"))
-        done = subprocess.run([jcmd, str(pid), "GC.heap_info"], capture_output=True, timeout=timeout, check=True,
-                              text=True)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return heap_range(done.stdout)
+    info = _jcmd(pid, "GC.heap_info", timeout=timeout)
+    return None if info is None else heap_range(info)
 
 
 #: the NMT categories sampled (``jcmd <pid> VM.native_memory summary``), as column keys; ``rest``
@@ -547,13 +548,8 @@ def nmt_mib(summary: str) -> dict[str, float]:
 
 def jvm_nmt_mib(pid: int, timeout: float = 60.0) -> dict[str, float]:
     """:func:`nmt_mib` of a live JVM started with ``-XX:NativeMemoryTracking``; empty if jcmd fails."""
-    try:
-        jcmd = str(Path(os.readlink(f"/proc/{pid}/exe")).with_name("jcmd"))
-        done = subprocess.run([jcmd, str(pid), "VM.native_memory", "summary", "scale=KB"], capture_output=True,
-                              timeout=timeout, check=True, text=True)
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    return nmt_mib(done.stdout)
+    summary = _jcmd(pid, "VM.native_memory", "summary", "scale=KB", timeout=timeout)
+    return {} if summary is None else nmt_mib(summary)
 
 
 _MAPPING = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) (\S{4}) ")
