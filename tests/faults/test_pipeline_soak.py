@@ -125,6 +125,30 @@ def test_the_book_counts_lost_keys_and_in_doubt_units() -> None:
     assert (t["unexplained"], t["unexplained_ids"]) == (1, [4])
 
 
+def test_the_books_size_is_what_python_allocated_for_it() -> None:
+    """The collector's RSS is judged net of its ledger (``Book.nbytes``): a size off by a little
+    per label read as growth while the recent labels filled."""
+    import tracemalloc
+
+    from faults.pipeline_soak import RECENT_LABELS
+
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        book = Book()
+        n = 2 * RECENT_LABELS  # the labels fill, then the oldest go
+        book.committed(n)
+        for i in range(0, n, 2):
+            book.record([i, i + 1], key=(0x9E3779B1 * i) & 0xFFFFFFFF | 1, label=f"{i // 50}/{i % 4}/{i} q1a2b3c4")
+        book.record([5], key=3, label="7/1/5 q1a2b3c4")  # a key seen again: its label replaced
+        book.record([5], key=3, label="7/1/5 q1a2b3c5")
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(book.labels) == RECENT_LABELS
+    assert abs(book.nbytes - held) < 0.02 * held, (book.nbytes, held)
+
+
 def test_heap_info_of_each_collector_is_read_as_the_heap_used() -> None:
     serial = """6652:
  def new generation   total 116224K, used 59093K [0x00000000c0000000, 0x00000000c7e10000, 0x00000000d5550000)
