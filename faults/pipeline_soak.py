@@ -664,7 +664,7 @@ class _Soak:
         self.faults: list[FaultRecord] = []
         self.current_fault = ""
         #: the samples are not kept in memory (they would grow the collector's RSS by ~8 KB each):
-        #: the verdict reads them back from the CSV; latency goes into the two judged windows
+        #: the verdict reads them back from the CSV, and their latency histograms from latency.jsonl
         self.live_heap_at = {q: -math.inf for q in QUERIES}
         self.nmt_at = {q: -math.inf for q in QUERIES}
         #: each query's driver JVM pid and where its Java heap lies (asked once per JVM)
