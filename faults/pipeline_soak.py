@@ -172,6 +172,7 @@ class Book:
         #: the recent arrivals' keys as text (batch/partition/sequence, query id), so an id under a
         #: second key can be told: read twice by the source (another batch) or re-sent by the sink
         self.labels: OrderedDict[int, str] = OrderedDict()
+        self._label_bytes = 0  # the labels' keys and texts (the OrderedDict's own size is asked)
         self.other_labels: dict[int, list[str]] = {}
         self.in_doubt: dict[int, int] = {}
         self.sent = 0  # ids 0 .. sent-1 were committed (or sent in doubt and then again)
@@ -182,10 +183,11 @@ class Book:
     def nbytes(self) -> int:
         # what the arrays hold allocated, growth room included (an array over-allocates by about a
         # sixteenth as it grows: counting only their length read as the collector growing by
-        # 0.8 MiB/h at 2,000 ids/s), the in-doubt counts, and a recent key's text: ~160 bytes
-        # with its dict entry (an estimate)
+        # 0.8 MiB/h at 2,000 ids/s), the in-doubt counts, and the recent keys' labels: the
+        # OrderedDict's table and nodes, and each key's int and text (~285 bytes a label; an
+        # estimate of 160 read as the collector growing by 12 MiB while 100,000 labels filled)
         return (sys.getsizeof(self.keys) + sys.getsizeof(self.copies) + sys.getsizeof(self.in_doubt)
-                + 160 * len(self.labels))
+                + sys.getsizeof(self.labels) + self._label_bytes)
 
     def committed(self, upto: int) -> None:
         with self._lock:
@@ -203,9 +205,14 @@ class Book:
     def record(self, ids: Iterable[int], key: int, label: str | None = None) -> None:
         with self._lock:
             if label is not None:
+                old = self.labels.get(key)
+                if old is not None:
+                    self._label_bytes -= sys.getsizeof(key) + sys.getsizeof(old)
                 self.labels[key] = label
+                self._label_bytes += sys.getsizeof(key) + sys.getsizeof(label)
                 if len(self.labels) > RECENT_LABELS:
-                    self.labels.popitem(last=False)
+                    gone, text = self.labels.popitem(last=False)
+                    self._label_bytes -= sys.getsizeof(gone) + sys.getsizeof(text)
             for i in ids:
                 if i < 0 or i >= self.sent:
                     self.unexpected += 1
@@ -519,8 +526,8 @@ def jvm_heap_range(pid: int, timeout: float = 60.0) -> tuple[int, int] | None:
 
 #: the NMT categories sampled (``jcmd <pid> VM.native_memory summary``), as column keys; ``rest``
 #: is what the others leave of ``total``, ``malloc`` the part of ``total`` the JVM got from malloc
-NMT_KEYS = ("total", "malloc", "java_heap", "class", "thread", "code", "gc", "compiler", "internal", "other",
-            "symbol", "arena_chunk", "rest")
+NMT_KEYS = ("total", "malloc", "java_heap", "class", "metaspace", "shared_class_space", "thread", "code", "gc",
+            "compiler", "internal", "other", "symbol", "native_memory_tracking", "arena_chunk", "rest")
 _NMT_CATEGORY = re.compile(r"^-\s+(.+?) \(reserved=(\d+)(KB|MB|GB)?, committed=(\d+)(KB|MB|GB)?\)")
 _NMT_TOTAL = re.compile(r"^Total: reserved=(\d+)(KB|MB|GB)?, committed=(\d+)(KB|MB|GB)?")
 _NMT_MALLOC = re.compile(r"^\s+malloc: (\d+)(KB|MB|GB)?")
@@ -657,8 +664,7 @@ class _Soak:
         self.faults: list[FaultRecord] = []
         self.current_fault = ""
         #: the samples are not kept in memory (they would grow the collector's RSS by ~8 KB each):
-        #: the verdict reads them back from the CSV; latency goes into the two judged windows
-        self.windows = {w: {q: Histogram() for q in QUERIES} for w in ("early", "late")}
+        #: the verdict reads them back from the CSV, and their latency histograms from latency.jsonl
         self.live_heap_at = {q: -math.inf for q in QUERIES}
         self.nmt_at = {q: -math.inf for q in QUERIES}
         #: each query's driver JVM pid and where its Java heap lies (asked once per JVM)
@@ -964,6 +970,8 @@ class _Soak:
         ledger = sum(b.nbytes for b in self.books.values()) / MiB
         s["collector_rss_mib"], s["collector_fds"], s["collector_threads"] = rss, fds, threads
         s["collector_net_rss_mib"] = round(rss - ledger, 1)
+        # the blocks Python's allocator holds: flat while RSS rises means memory outside Python's objects
+        s["collector_py_blocks"] = sys.getallocatedblocks()
         s["data_dir_bytes"] = dir_bytes(srv.data_dir) if srv.data_dir is not None else 0
         for k in range(2):
             s[f"queued_node{k}"] = math.nan
@@ -999,11 +1007,6 @@ class _Soak:
             last = s
             s["phase"] = "load" if not self.stop_load.is_set() else "drain"
             self.sampled += 1
-            for q in QUERIES:
-                if 120 <= s["t"] <= 420:
-                    self.windows["early"][q].merge(s[f"_hist_{q}"])
-                if s["t"] > self.cfg.seconds - 300:
-                    self.windows["late"][q].merge(s[f"_hist_{q}"])
             row = {k: v for k, v in s.items() if not k.startswith("_")}
             if writer is None:
                 writer = csv.DictWriter(out, fieldnames=list(row))
@@ -1123,11 +1126,9 @@ class _Soak:
         if len(self.schemas) != 1:
             v.append(f"records: {len(self.schemas)} distinct avro.schema attributes (expected 1)")
         load = [s for s in read_samples(self.out / "samples.csv") if s["phase"] == "load"]
-        # the judged windows as two samples: minutes 2-7 and the last 5 (the drain's arrivals included)
-        windows = [{"t": 120.0, **{f"_hist_{q}": self.windows["early"][q] for q in QUERIES}},
-                   {"t": cfg.seconds + 1, **{f"_hist_{q}": self.windows["late"][q] for q in QUERIES}}]
-        resources, dips, latency = judge(load, cfg.seconds, cfg.week_bound, latency_samples=windows,
-                                         restarts=restarts_of(self.faults))
+        resources, dips, latency = judge(load, cfg.seconds, cfg.week_bound,
+                                         latency_samples=read_latency(self.out / "latency.jsonl"),
+                                         restarts=restarts_of(self.faults), faults=self.faults)
         v += judged_violations(resources, dips, latency)
         span = max(1e-6, (load[-1]["t"] if load else cfg.seconds))
         return SoakOutcome(
@@ -1145,6 +1146,9 @@ class _Soak:
 
 #: staged bytes count as "back near zero" at or below this
 _STAGING_NEAR_ZERO = 8 * MiB
+#: seconds after the collector takes up a paused destination again in which the backlog held up
+#: behind it (on the port, and as back-pressure upstream) arrives: one TTL
+PAUSE_SETTLE = 30.0
 
 #: resource -> the absolute floor of its bound (quantities near zero by nature, and integer counts)
 _FLOORS = {"_fds": 20.0, "_threads": 20.0, "queued_": 5000.0, "_bytes": 32.0 * MiB, "_rss": 16.0}
@@ -1214,8 +1218,8 @@ RESOURCES = tuple(
     + [f"runner_{q}_rss_mib" for q in QUERIES]
     + [f"jvm_{q}_{m}" for q in QUERIES for m in ("heap_rss_mib", "heap_committed_mib", "nonheap_rss_mib")]
     + [f"jvm_{q}_nmt_{k}_mib" for q in QUERIES for k in NMT_KEYS]
-    + ["server_rss_mib", "server_history", "server_py_blocks", "server_fds", "server_threads", "collector_net_rss_mib", "collector_fds",
-       "collector_threads"]
+    + ["server_rss_mib", "server_history", "server_py_blocks", "server_fds", "server_threads",
+       "collector_net_rss_mib", "collector_py_blocks", "collector_fds", "collector_threads"]
     + [f"{d}_{q}_bytes" for d in ("staging", "checkpoint", "indoubt") for q in QUERIES]
     + ["data_dir_bytes", "queued_node0", "queued_node1"])
 
@@ -1263,11 +1267,16 @@ def _stretch(restarts: list[float], begin: float, end: float) -> tuple[float, fl
 
 def judge(samples: list[dict[str, Any]], seconds: float, week_bound: float = 0.10,
           latency_samples: list[dict[str, Any]] | None = None, restarts: dict[str, list[float]] | None = None,
+          faults: Iterable[FaultRecord] = (),
           ) -> tuple[list[dict[str, Any]], dict[str, list[float]], dict[str, dict[str, float]]]:
     """Flatness per resource over the second half of the load (``samples``), the staged bytes'
     lowest point per 2-minute window of the second half, and the latency p99 of minutes 2-7
     against the last 5 (from ``latency_samples``, default ``samples``: the drain's samples count
-    for the last 5 minutes, as what arrives then was sent in them).
+    for the last 5 minutes, as what arrives then was sent in them). The latency compared leaves out
+    the samples in which the harness itself had stopped reading the query's destination
+    (:func:`consumer_pauses`): what waited then waited for the reader, not for the pipeline, and a
+    pause falling into one window and not the other says nothing about drift. The ratio over every
+    sample is given as well (``ratio_all``).
 
     A process's resources are judged over the longest stretch of the second half in which no
     fault restarted it (``restarts``, see :func:`restarts_of`): a process started again grows
@@ -1308,20 +1317,32 @@ def judge(samples: list[dict[str, Any]], seconds: float, week_bound: float = 0.1
             t += 120
         dips[name] = windows
     latency: dict[str, dict[str, float]] = {}
+    pauses = consumer_pauses(faults)
     for q in QUERIES:
-        early, late = Histogram(), Histogram()
+        early, late, early_all, late_all = Histogram(), Histogram(), Histogram(), Histogram()
+        left_out = {"early": 0, "late": 0}
         for s in samples if latency_samples is None else latency_samples:
             h = s.get(f"_hist_{q}")
             if h is None:
                 continue
-            if 120 <= s["t"] <= 420:
-                early.merge(h)
-            if s["t"] > seconds - 300:
-                late.merge(h)
+            # a sample holds the arrivals of the 10 s before its time
+            paused = any(lo < s["t"] and s["t"] - 10.0 <= hi for lo, hi in pauses[q])
+            for name, inside, kept, every in (("early", 120 <= s["t"] <= 420, early, early_all),
+                                              ("late", s["t"] > seconds - 300, late, late_all)):
+                if inside:
+                    every.merge(h)
+                    if paused:
+                        left_out[name] += 1
+                    else:
+                        kept.merge(h)
         lat = {"min2to7_p50_ms": early.percentile(0.5), "min2to7_p99_ms": early.percentile(0.99),
-               "last5_p50_ms": late.percentile(0.5), "last5_p99_ms": late.percentile(0.99)}
+               "last5_p50_ms": late.percentile(0.5), "last5_p99_ms": late.percentile(0.99),
+               "min2to7_p99_all_ms": early_all.percentile(0.99), "last5_p99_all_ms": late_all.percentile(0.99),
+               "min2to7_paused_samples": left_out["early"], "last5_paused_samples": left_out["late"]}
         if seconds >= 720 and early.total and late.total:
             lat["ratio"] = lat["last5_p99_ms"] / lat["min2to7_p99_ms"]
+        if seconds >= 720 and early_all.total and late_all.total:
+            lat["ratio_all"] = lat["last5_p99_all_ms"] / lat["min2to7_p99_all_ms"]
         latency[q] = lat
     return resources, dips, latency
 
@@ -1355,8 +1376,20 @@ def rejudge(out_dir: str | os.PathLike[str], week_bound: float = 0.10) -> SoakOu
     done = json.loads((out / "outcome.json").read_text())
     seconds = float(done["minutes"]) * 60.0
     load = [s for s in read_samples(out / "samples.csv") if s["phase"] == "load"]
-    hists = []
-    for line in (out / "latency.jsonl").read_text().splitlines():
+    faults = [FaultRecord(**f) for f in done["faults"]]
+    resources, dips, latency = judge(load, seconds, week_bound, latency_samples=read_latency(out / "latency.jsonl"),
+                                     restarts=restarts_of(faults), faults=faults)
+    kept = [x for x in done["violations"] if " grows: " not in x and "latency p99" not in x
+            and "staged bytes" not in x]
+    done.update(resources=resources, staging_dips=dips, latency=latency,
+                violations=kept + judged_violations(resources, dips, latency), faults=faults)
+    return SoakOutcome(**done)
+
+
+def read_latency(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The samples' latency histograms from ``latency.jsonl``, as samples (``t``, ``_hist_<query>``)."""
+    out = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
         d = json.loads(line)
         sample: dict[str, Any] = {"t": d["t"]}
         for q in QUERIES:
@@ -1364,14 +1397,22 @@ def rejudge(out_dir: str | os.PathLike[str], week_bound: float = 0.10) -> SoakOu
             for i, c in d[q].items():
                 h.counts[int(i)] = c
             sample[f"_hist_{q}"] = h
-        hists.append(sample)
-    faults = [FaultRecord(**f) for f in done["faults"]]
-    resources, dips, latency = judge(load, seconds, week_bound, latency_samples=hists, restarts=restarts_of(faults))
-    kept = [x for x in done["violations"] if " grows: " not in x and "latency p99" not in x
-            and "staged bytes" not in x]
-    done.update(resources=resources, staging_dips=dips, latency=latency,
-                violations=kept + judged_violations(resources, dips, latency), faults=faults)
-    return SoakOutcome(**done)
+        out.append(sample)
+    return out
+
+
+def consumer_pauses(faults: Iterable[FaultRecord], settle: float = PAUSE_SETTLE) -> dict[str, list[tuple[float, float]]]:
+    """Per query, when the harness itself stopped reading its destination (``destination_full``
+    pauses the collector on ``out2`` or ``rout2``), to ``settle`` seconds after: the backlog's
+    arrival then."""
+    out: dict[str, list[tuple[float, float]]] = {q: [] for q in QUERIES}
+    for f in faults:
+        if f.fault == "destination_full":
+            port = f.detail.split(" ", 1)[0]
+            query = {"out2": "flowfile", "rout2": "records"}.get(port)
+            if query is not None:
+                out[query].append((f.t, f.t + f.seconds + settle))
+    return out
 
 
 def read_samples(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -1495,7 +1536,12 @@ def summary(o: SoakOutcome) -> str:
     for q, lat in o.latency.items():
         lines.append(f"  latency {q}: min 2-7 p50 {lat['min2to7_p50_ms']:.0f} p99 {lat['min2to7_p99_ms']:.0f} ms; "
                      f"last 5 min p50 {lat['last5_p50_ms']:.0f} p99 {lat['last5_p99_ms']:.0f} ms"
-                     + (f"; ratio {lat['ratio']:.2f}" if "ratio" in lat else ""))
+                     + (f"; ratio {lat['ratio']:.2f}" if "ratio" in lat else "")
+                     + (f" (samples in a paused destination left out: {lat['min2to7_paused_samples']:.0f} / "
+                        f"{lat['last5_paused_samples']:.0f}; with them p99 {lat['min2to7_p99_all_ms']:.0f} / "
+                        f"{lat['last5_p99_all_ms']:.0f} ms, ratio {lat['ratio_all']:.2f})"
+                        if lat.get("min2to7_paused_samples", 0) + lat.get("last5_paused_samples", 0) > 0
+                        and "ratio_all" in lat else ""))
     lines.append(f"  {'resource':<28} {'start':>9} {'end':>9} {'median':>9} {'slope/h':>9} {'±2 SE':>8} "
                  f"{'week':>9} {'bound':>9}      judged over (min)  verdict (reading)")
     for r in o.resources:

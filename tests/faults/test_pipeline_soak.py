@@ -80,6 +80,7 @@ def test_two_queries_under_kills_for_a_minute_and_a_half(tmp_path: Path) -> None
     assert gaps[len(gaps) // 2] < 0.05, gaps
     assert max(r["server_history"] for r in rows if not math.isnan(r["server_history"])) > 0, where
     assert min(r["server_py_blocks"] for r in rows if not math.isnan(r["server_py_blocks"])) > 10_000, where
+    assert min(r["collector_py_blocks"] for r in rows) > 10_000, where
     # the drivers ran with NMT, sampled every 45 s: the heap as committed, and more outside it
     nmt = [(r[f"jvm_{q}_nmt_java_heap_mib"], r[f"jvm_{q}_nmt_total_mib"], r[f"jvm_{q}_heap_committed_mib"])
            for r in rows for q in outcome.books if not math.isnan(r[f"jvm_{q}_nmt_total_mib"])]
@@ -122,6 +123,30 @@ def test_the_book_counts_lost_keys_and_in_doubt_units() -> None:
     assert (t["ids"], t["lost"], t["first_lost"], t["unexpected"]) == (30, 1, 29, 1)
     assert t["copies_beyond_first"] == 3 and t["under_other_keys"] == 2
     assert (t["unexplained"], t["unexplained_ids"]) == (1, [4])
+
+
+def test_the_books_size_is_what_python_allocated_for_it() -> None:
+    """The collector's RSS is judged net of its ledger (``Book.nbytes``): a size off by a little
+    per label read as growth while the recent labels filled."""
+    import tracemalloc
+
+    from faults.pipeline_soak import RECENT_LABELS
+
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        book = Book()
+        n = 2 * RECENT_LABELS  # the labels fill, then the oldest go
+        book.committed(n)
+        for i in range(0, n, 2):
+            book.record([i, i + 1], key=(0x9E3779B1 * i) & 0xFFFFFFFF | 1, label=f"{i // 50}/{i % 4}/{i} q1a2b3c4")
+        book.record([5], key=3, label="7/1/5 q1a2b3c4")  # a key seen again: its label replaced
+        book.record([5], key=3, label="7/1/5 q1a2b3c5")
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(book.labels) == RECENT_LABELS
+    assert abs(book.nbytes - held) < 0.02 * held, (book.nbytes, held)
 
 
 def test_heap_info_of_each_collector_is_read_as_the_heap_used() -> None:
@@ -171,7 +196,9 @@ def test_a_real_jvms_native_memory_summary_is_read_per_category() -> None:
     got = nmt_mib(text)
     assert got["java_heap"] == 64.0
     assert 64.0 < got["total"] < 1024 and 0 < got["malloc"] < got["total"]
-    assert all(got[k] > 0 for k in ("class", "thread", "code", "symbol")), got
+    assert all(got[k] > 0 for k in ("class", "metaspace", "shared_class_space", "thread", "code", "symbol")), got
+    # what no named category holds is the small change: Metaspace and the class-data archive are named
+    assert got["rest"] < 0.05 * (got["total"] - got["java_heap"]), got
     assert abs(sum(v for k, v in got.items() if k not in ("total", "malloc")) - got["total"]) < 0.5
     in_kb = re.sub(r"=(\d+)", lambda m: f"={int(m.group(1)) // 1024}KB", text)
     in_kb = re.sub(r"malloc: (\d+)", lambda m: f"malloc: {int(m.group(1)) // 1024}KB", in_kb)
@@ -250,3 +277,31 @@ def test_a_process_is_judged_between_the_restarts_faults_made() -> None:
     assert by["jvm_flowfile_rss_mib"]["ok"] and by["jvm_flowfile_rss_mib"]["from_min"] == round(1063 / 60, 1)
     assert by["server_rss_mib"]["judged"] and (by["server_rss_mib"]["from_min"], by["server_rss_mib"]["to_min"]) \
         == (15.0, 25.0)
+
+
+def test_latency_while_the_harness_paused_a_destination_is_left_out_of_the_drift_ratio() -> None:
+    """``destination_full`` stops the collector reading ``out2``: FlowFiles wait there for the
+    reader, not the pipeline. Such a pause in the last 5 minutes, none in minutes 2-7, is the
+    schedule, not drift; the ratio over every sample is still given."""
+    faults = [FaultRecord(1700.0, "destination_full", "out2 full for 15 s (collector paused)", 1, 15.0),
+              FaultRecord(200.0, "destination_full", "rout2 full for 12 s (collector paused)", 1, 12.0),
+              FaultRecord(1650.0, "node_down", "node 1 stopped for 40 s (TTL 30 s)", 1, 40.0)]
+    samples = []
+    for k in range(180):
+        t = 10.0 * (k + 1)
+        quick, held, slowed = Histogram(), Histogram(), Histogram()
+        quick.add(500.0, 100)
+        held.add(15_000.0 if 1710 <= t <= 1720 else 500.0, 100)
+        slowed.add(5_000.0 if t > 1500 else 500.0, 100)  # drift, paused or not
+        samples.append({"t": t, "_hist_flowfile": held, "_hist_records": slowed if k % 2 else quick})
+    latency = judge(samples, 1800.0, faults=faults)[2]
+    flowfile = latency["flowfile"]
+    # out2 paused 1700-1715, settled by 1745: the samples at 1710-1750 hold arrivals of that span
+    assert flowfile["last5_paused_samples"] == 5 and flowfile["min2to7_paused_samples"] == 0
+    assert flowfile["ratio"] < 1.1 and flowfile["ratio_all"] > 20
+    # rout2's pause is the records query's alone; a node going down is the pipeline's own fault and
+    # stays in: a drift shows through both
+    assert (latency["records"]["min2to7_paused_samples"], latency["records"]["last5_paused_samples"]) == (5, 0)
+    assert latency["records"]["ratio"] > 5
+    # the same run judged without its faults counts every sample
+    assert judge(samples, 1800.0)[2]["flowfile"]["ratio"] > 20
