@@ -86,6 +86,9 @@ LATE_ANSWER = TTL / 2 + 1.5  # a late commit answer: past half the TTL and past 
 DEDUP_ATTRIBUTES = ("spark.query.id", "spark.batch.id", "spark.partition.id", "spark.sequence")
 RECORD_SCHEMA = "id BIGINT, sent BIGINT, v STRING"
 QUERIES = ("flowfile", "records")
+#: the output port each query's sink routes to, which the collector drains (and a destination_full
+#: fault fills)
+DESTINATION = {"flowfile": "out2", "records": "rout2"}
 
 #: the rolling faults, in the order of the issue
 FAULTS = ("server_kill", "node_down", "workers_kill", "driver_kill", "net_cut", "destination_full", "late_answer")
@@ -753,7 +756,7 @@ class _Soak:
         the sink's input port routes) as a careful application does; a receive whose confirm
         answer was lost keeps its FlowFiles (a copy under the same de-dup key, which de-duplication
         drops)."""
-        port = "out2" if query == "flowfile" else "rout2"
+        port = DESTINATION[query]
         while not self.stop_all.is_set():
             if port in self.paused:
                 self.stop_all.wait(0.2)
@@ -887,7 +890,7 @@ class _Soak:
             proxy.clear()
             return f"node 1's connections cut {direction} after {after} B past {match!r} ({fired} of {count})", fired
         if kind == "destination_full":
-            port, hold = rng.choice(("out2", "rout2")), rng.uniform(10.0, 25.0)
+            port, hold = rng.choice(tuple(DESTINATION.values())), rng.uniform(10.0, 25.0)
             self.paused.add(port)
             try:
                 queued = admin.queued(port)
@@ -1409,7 +1412,7 @@ def consumer_pauses(faults: Iterable[FaultRecord], settle: float = PAUSE_SETTLE)
     for f in faults:
         if f.fault == "destination_full":
             port = f.detail.split(" ", 1)[0]
-            query = {"out2": "flowfile", "rout2": "records"}.get(port)
+            query = next((q for q, p in DESTINATION.items() if p == port), None)
             if query is not None:
                 out[query].append((f.t, f.t + f.seconds + settle))
     return out
