@@ -120,6 +120,9 @@ class SoakConfig:
     #: every this many seconds, each driver JVM's native memory by NMT category (the JVMs then start
     #: with ``-XX:NativeMemoryTracking=summary``, which costs them a little); 0: never
     nmt_every: float = 0.0
+    #: more environment for both drivers, and so for their JVMs and Python workers
+    #: (``--driver-env KEY=VALUE``; e.g. ``MALLOC_ARENA_MAX=2`` caps glibc's arenas in the JVMs)
+    driver_env: dict[str, str] = field(default_factory=dict)
     progress: Callable[[str], None] = field(default=lambda line: None)
 
     @property
@@ -312,6 +315,9 @@ def driver_main(config_path: str) -> int:
         # Spark's status store keeps the last 1,000 jobs, stages and SQL executions and 100,000
         # tasks by default, UI or not, which at a micro-batch a second takes hours to fill
         **LONG_RUNNING_CONF})
+    jvm = spark.sparkContext._jvm
+    for key in sorted(cfg.get("env", {})):  # what --driver-env set, as the JVM itself sees it
+        print(f"driver: the JVM's environment has {key}={jvm.java.lang.System.getenv(key)}", flush=True)
     common = {"url": cfg["url"], "timeout": f"{CLIENT_TIMEOUT:g} sec", "penalizationPeriod": "1 sec",
               "peerAddressMap": cfg["address_map"], "peerRefreshInterval": "10 sec"}
     source = {**common, "stagingLocation": cfg["staging"], "idlePollInterval": "1 sec",
@@ -358,8 +364,9 @@ def driver_main(config_path: str) -> int:
 class Driver:
     """A driver process of one query, in a process group of its own (JVM and workers included)."""
 
-    def __init__(self, query: str, run_dir: Path, config: dict[str, Any]) -> None:
+    def __init__(self, query: str, run_dir: Path, config: dict[str, Any], env: dict[str, str] | None = None) -> None:
         self.query = query
+        self.env = dict(env or {})
         self.dir = run_dir / query
         self.dir.mkdir(parents=True, exist_ok=True)
         self.staging = self.dir / "staging"
@@ -378,6 +385,7 @@ class Driver:
         env = dict(os.environ)
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         env["PYSPARK_PYTHON"] = sys.executable
+        env.update(self.env)
         self._log = open(self.dir / "driver.log", "ab")  # noqa: SIM115 - closed in _reap()
         self.proc = subprocess.Popen([sys.executable, "-m", "faults.pipeline_soak", "--driver", str(self.config_path)],
                                      stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -643,6 +651,8 @@ class SoakOutcome:
     violations: list[str]
     drain_seconds: float
     load: str = ""
+    #: the drivers' extra environment (``--driver-env``)
+    driver_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -975,6 +985,9 @@ class _Soak:
         s["collector_net_rss_mib"] = round(rss - ledger, 1)
         # the blocks Python's allocator holds: flat while RSS rises means memory outside Python's objects
         s["collector_py_blocks"] = sys.getallocatedblocks()
+        # the recent de-dup labels the books hold (3 blocks each, inside the ledger): filling up to
+        # their limit per query is growth of the books, not of the collector
+        s["collector_labels"] = sum(len(b.labels) for b in self.books.values())
         s["data_dir_bytes"] = dir_bytes(srv.data_dir) if srv.data_dir is not None else 0
         for k in range(2):
             s[f"queued_node{k}"] = math.nan
@@ -1046,9 +1059,9 @@ class _Soak:
                 proxy.start()
                 config = {"url": srv.url, "address_map": proxy.address_map, "driver_memory": cfg.driver_memory,
                           "in_doubt_retention": cfg.in_doubt_retention, "source_options": dict(cfg.source_options),
-                          "nmt": cfg.nmt_every > 0}
+                          "nmt": cfg.nmt_every > 0, "env": dict(cfg.driver_env)}
                 for q in QUERIES:
-                    drivers[q] = Driver(q, self.work, config)
+                    drivers[q] = Driver(q, self.work, config, env=cfg.driver_env)
                     drivers[q].start()
                 for q, port in (("flowfile", "in"), ("records", "rin")):
                     clients.append(SiteToSiteClient(SiteToSiteClientConfig(
@@ -1142,7 +1155,7 @@ class _Soak:
             driver_starts={q: d.starts for q, d in drivers.items()},
             query_restarts=self.query_restarts,
             server_starts=srv.starts, violations=v, drain_seconds=round(drain, 1),
-            load=_uptime())
+            load=_uptime(), driver_env=dict(cfg.driver_env))
 
 
 # -- the verdict -------------------------------------------------------------------------------------
@@ -1324,12 +1337,14 @@ def judge(samples: list[dict[str, Any]], seconds: float, week_bound: float = 0.1
     for q in QUERIES:
         early, late, early_all, late_all = Histogram(), Histogram(), Histogram(), Histogram()
         left_out = {"early": 0, "late": 0}
+        since = 0.0
         for s in samples if latency_samples is None else latency_samples:
             h = s.get(f"_hist_{q}")
             if h is None:
                 continue
-            # a sample holds the arrivals of the 10 s before its time
-            paused = any(lo < s["t"] and s["t"] - 10.0 <= hi for lo, hi in pauses[q])
+            # a sample holds the arrivals since the sample before it (10 s by default)
+            paused = any(lo < s["t"] and since <= hi for lo, hi in pauses[q])
+            since = s["t"]
             for name, inside, kept, every in (("early", 120 <= s["t"] <= 420, early, early_all),
                                               ("late", s["t"] > seconds - 300, late, late_all)):
                 if inside:
@@ -1560,6 +1575,16 @@ def summary(o: SoakOutcome) -> str:
     return "\n".join(lines)
 
 
+def _key_values(p: argparse.ArgumentParser, option: str, items: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            p.error(f"{option} takes KEY=VALUE, got {item!r}")
+        out[key.strip()] = value
+    return out
+
+
 def _pair(text: str) -> tuple[float, float]:
     lo, _, hi = text.partition(",")
     return float(lo), float(hi or lo)
@@ -1586,6 +1611,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--replicas", type=int, default=1)
     p.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
                    help="an option of both queries' readStream, e.g. idleProbeInterval=0 (repeatable)")
+    p.add_argument("--driver-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="more environment for both drivers and so their JVMs and Python workers "
+                        "(e.g. MALLOC_ARENA_MAX=2)")
     p.add_argument("--live-heap-every", type=float, default=0.0, metavar="SECONDS",
                    help="sample each driver JVM's live heap this often: a full GC forced with jcmd, then the heap "
                         "it leaves (column jvm_<query>_live_mib; default 0: never)")
@@ -1620,7 +1648,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = SoakConfig(minutes=args.minutes, seed=seed, out_dir=args.out or f"pipeline-soak-{seed}",
                      ff_rate=args.ff_rate, record_rate=args.record_rate, records_per_flowfile=args.records_per_flowfile,
                      fault_every=args.fault_every, faults=faults, replicas=args.replicas, week_bound=args.week_bound,
-                     source_options=dict(o.split("=", 1) for o in args.source_option),
+                     source_options=_key_values(p, "--source-option", args.source_option),
+                     driver_env=_key_values(p, "--driver-env", args.driver_env),
                      live_heap_every=args.live_heap_every, nmt_every=args.nmt_every,
                      progress=(lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr,
                                                                                            flush=True)))

@@ -12,6 +12,7 @@ own arithmetic."""
 from __future__ import annotations
 
 import csv
+import gzip
 import math
 import os
 import random
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from faults.pipeline_soak import (
+    RECENT_LABELS,
     Book,
     FaultRecord,
     Histogram,
@@ -53,7 +55,7 @@ def test_two_queries_under_kills_for_a_minute_and_a_half(tmp_path: Path) -> None
     cfg = SoakConfig(minutes=1.5, seed=seed, out_dir=str(tmp_path / "out"), ff_rate=40.0, record_rate=1000.0,
                      records_per_flowfile=50, fault_every=(17.0, 20.0),
                      faults=("server_kill", "driver_kill", "workers_kill", "late_answer"), drain_seconds=120.0,
-                     nmt_every=45.0, progress=lines.append)
+                     nmt_every=45.0, driver_env={"MALLOC_ARENA_MAX": "2"}, progress=lines.append)
     outcome = run(cfg)
     where = f"seed {seed}; " + "\n".join(lines[-40:])
     for query, t in outcome.books.items():
@@ -81,6 +83,14 @@ def test_two_queries_under_kills_for_a_minute_and_a_half(tmp_path: Path) -> None
     assert max(r["server_history"] for r in rows if not math.isnan(r["server_history"])) > 0, where
     assert min(r["server_py_blocks"] for r in rows if not math.isnan(r["server_py_blocks"])) > 10_000, where
     assert min(r["collector_py_blocks"] for r in rows) > 10_000, where
+    # the books' recent labels fill as FlowFiles arrive, up to their limit per query
+    labels = [r["collector_labels"] for r in rows]
+    assert 0 < labels[-1] <= len(outcome.books) * RECENT_LABELS and labels[-1] >= labels[0], labels
+    # --driver-env reached each driver's JVM (it answers for its own environment in the driver's log)
+    assert outcome.driver_env == {"MALLOC_ARENA_MAX": "2"}
+    for q in outcome.books:
+        with gzip.open(tmp_path / "out" / "logs" / f"{q}-driver.log.gz", "rt", errors="replace") as f:
+            assert "the JVM's environment has MALLOC_ARENA_MAX=2" in f.read(), q
     # the drivers ran with NMT, sampled every 45 s: the heap as committed, and more outside it
     nmt = [(r[f"jvm_{q}_nmt_java_heap_mib"], r[f"jvm_{q}_nmt_total_mib"], r[f"jvm_{q}_heap_committed_mib"])
            for r in rows for q in outcome.books if not math.isnan(r[f"jvm_{q}_nmt_total_mib"])]
@@ -305,3 +315,11 @@ def test_latency_while_the_harness_paused_a_destination_is_left_out_of_the_drift
     assert latency["records"]["ratio"] > 5
     # the same run judged without its faults counts every sample
     assert judge(samples, 1800.0)[2]["flowfile"]["ratio"] > 20
+    # sampled every 5 s, a sample holds the 5 s before it: those from 1705 to 1750 (the one holding
+    # 1745) are left out, not 1755 too
+    half = []
+    for k in range(360):
+        h = Histogram()
+        h.add(15_000.0 if 1710 <= 5.0 * (k + 1) <= 1720 else 500.0, 100)
+        half.append({"t": 5.0 * (k + 1), "_hist_flowfile": h})
+    assert judge(half, 1800.0, faults=faults)[2]["flowfile"]["last5_paused_samples"] == 10
