@@ -107,6 +107,8 @@ class NodeStore:
                     continue
                 self._apply(record)
                 self.seq = int(record["seq"])
+        # a data dir written before emptied queues were forgotten holds them still
+        self._queues = {port: items for port, items in self._queues.items() if items}
         self._runs = Counter(i[3] for items in self._queues.values() for i in items if len(i) > 3)
         referenced = {item[0] if len(item) == 3 else item[3] for items in self._queues.values() for item in items}
         for path in self.content_dir.iterdir():
@@ -160,7 +162,13 @@ class NodeStore:
                 keep.append(i)
             elif len(i) > 3:
                 self._runs[i[3]] -= 1
-        self._queues[port] = keep
+        if keep:
+            self._queues[port] = keep
+        else:
+            # an emptied queue is forgotten: with --replicas every bucket has queues of its own
+            # name, so keeping them empty grew memory and every snapshot for as long as the
+            # server ran (docs/reliability.md, "Pipeline soak")
+            self._queues.pop(port, None)
 
     # -- changes -------------------------------------------------------------------------------
     def write_contents(self, flowfiles: list[Any], link_from: Path | None = None) -> None:

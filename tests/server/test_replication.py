@@ -346,6 +346,38 @@ def test_durable_takeover_survives_sigkill_of_the_whole_server(tmp_path: Path) -
         _exactly_once(confirmed + _drain(third, (0, 1, 2)), acknowledged, "--data-dir, takeovers and 2 SIGKILLs", third)
 
 
+def test_drained_buckets_leave_no_empty_queue_in_memory_or_on_disk(tmp_path: Path) -> None:
+    """Every bucket has queues of its own name, on its owner and on its replica. Drained, they
+    go: kept empty, they grew the server's memory and every snapshot for as long as it ran (2-3
+    Python blocks a queue, a few hundred queues an hour under the pipeline soak)."""
+    data = tmp_path / "data"
+    args = (*ARGS, "--nodes", "2", "--replicas", "1", "--data-dir", str(data))
+    sent: list[int] = []
+    got: list[int] = []
+    buckets: set[str] = set()
+    with ServerProcess(*args) as srv:
+        for k in range(5):  # a bucket closes once 1,000 FlowFiles were committed into it
+            ids = range(1000 * k, 1000 * (k + 1))
+            _send(srv, k % 2, ids)
+            sent += ids
+            buckets |= {b["id"] for b in _replication(srv)["buckets"]}
+            got += _drain(srv, (0, 1))
+        assert len(buckets) >= 4, buckets
+        _exactly_once(got, sent, "5 buckets' worth sent and drained", srv)
+    # a data dir written before the fix holds emptied queues in its snapshot: a start drops them
+    old = data / "node-1" / "snapshot.json"
+    snapshot = json.loads(old.read_text())
+    snapshot["queues"]["\x00own\x001-99\x00out"] = []
+    old.write_text(json.dumps(snapshot))
+    # a restart replays the journal onto the last snapshot and writes a fresh one: what each node's
+    # store held, queue by queue
+    with ServerProcess(*args) as again:
+        for node in (0, 1):
+            queues = json.loads((data / f"node-{node}" / "snapshot.json").read_text())["queues"]
+            assert queues == {}, f"node {node}: {sorted(queues)}"
+        assert _drain(again, (0, 1)) == []
+
+
 @pytest.mark.parametrize("durable", [False, True], ids=["memory", "data-dir"])
 def test_spooled_content_is_served_whole_by_the_new_owner(tmp_path: Path, durable: bool) -> None:
     """A FlowFile above the spool limit: the replica's copy is its own handle (and its own file
