@@ -364,9 +364,9 @@ def driver_main(config_path: str) -> int:
 class Driver:
     """A driver process of one query, in a process group of its own (JVM and workers included)."""
 
-    def __init__(self, query: str, run_dir: Path, config: dict[str, Any], env: dict[str, str] | None = None) -> None:
+    def __init__(self, query: str, run_dir: Path, config: dict[str, Any]) -> None:
         self.query = query
-        self.env = dict(env or {})
+        self.env = dict(config.get("env", {}))  # --driver-env: the driver's, and its JVM's, environment
         self.dir = run_dir / query
         self.dir.mkdir(parents=True, exist_ok=True)
         self.staging = self.dir / "staging"
@@ -1061,7 +1061,7 @@ class _Soak:
                           "in_doubt_retention": cfg.in_doubt_retention, "source_options": dict(cfg.source_options),
                           "nmt": cfg.nmt_every > 0, "env": dict(cfg.driver_env)}
                 for q in QUERIES:
-                    drivers[q] = Driver(q, self.work, config, env=cfg.driver_env)
+                    drivers[q] = Driver(q, self.work, config)
                     drivers[q].start()
                 for q, port in (("flowfile", "in"), ("records", "rin")):
                     clients.append(SiteToSiteClient(SiteToSiteClientConfig(

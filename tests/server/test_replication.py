@@ -23,6 +23,7 @@ from serverproc import ServerProcess
 
 from pyspark_s2s.protocol.codes import ResponseCode
 from pyspark_s2s.server.adminclient import AdminError
+from pyspark_s2s.server.replication import bucket_key
 
 ARGS = ("--input-port", "in", "--output-port", "out", "--route", "in=out")
 BATCH = {"x-nifi-site-to-site-batch-count": "10"}
@@ -367,7 +368,7 @@ def test_drained_buckets_leave_no_empty_queue_in_memory_or_on_disk(tmp_path: Pat
     # a data dir written before the fix holds emptied queues in its snapshot: a start drops them
     old = data / "node-1" / "snapshot.json"
     snapshot = json.loads(old.read_text())
-    snapshot["queues"]["\x00own\x001-99\x00out"] = []
+    snapshot["queues"][bucket_key(True, "1-99", "out")] = []
     old.write_text(json.dumps(snapshot))
     # a restart replays the journal onto the last snapshot and writes a fresh one: what each node's
     # store held, queue by queue
