@@ -1278,6 +1278,16 @@ def _reading(slope: float, se: float, bound: float) -> str:
     return "too short to tell"
 
 
+def _slowing(points: list[tuple[float, float]], slope: float) -> tuple[float, float, bool]:
+    """The slope over the last half of ``points`` (the run's last quarter when they are its second
+    half), its standard error, and whether it lies clearly below ``slope``: growth that slows
+    down, as a JVM's compiled code does while its JIT settles (a leak at a steady rate does not)."""
+    last = points[len(points) // 2:]
+    tail = _slope(last)
+    se = _slope_se(last, tail)
+    return tail, se, not math.isnan(se) and tail + 2 * se < slope
+
+
 def _median(xs: list[float]) -> float:
     ys = sorted(xs)
     if not ys:
@@ -1374,9 +1384,14 @@ def judge(samples: list[dict[str, Any]], seconds: float, week_bound: float = 0.1
         scale = MiB if name.endswith("_bytes") else 1.0
         bound = max(week_bound * abs(med), _floor(name))
         week = slope * 168.0
+        tail, tail_se, slowing = _slowing(pts, slope)
+        reading = _reading(slope, se, bound)
+        if reading == "grows" and slowing:
+            reading = "grows, slowing"
         resources.append({"resource": name, "start": allpts[0] / scale, "end": allpts[-1] / scale,
                           "median_2nd_half": med / scale, "slope_per_h": slope / scale, "week": week / scale,
-                          "slope_se_per_h": se / scale, "reading": _reading(slope, se, bound),
+                          "slope_se_per_h": se / scale, "reading": reading,
+                          "last_half_slope_per_h": tail / scale, "last_half_slope_se_per_h": tail_se / scale,
                           "bound": bound / scale, "unit": "MiB" if name.endswith(("_bytes", "_mib")) else "",
                           "from_min": round(lo / 60, 1), "to_min": round(min(hi, seconds) / 60, 1),
                           "judged": judged, "ok": week <= bound or not judged})
@@ -1622,11 +1637,12 @@ def summary(o: SoakOutcome) -> str:
                         if lat.get("min2to7_paused_samples", 0) + lat.get("last5_paused_samples", 0) > 0
                         and "ratio_all" in lat else ""))
     lines.append(f"  {'resource':<28} {'start':>9} {'end':>9} {'median':>9} {'slope/h':>9} {'±2 SE':>8} "
-                 f"{'week':>9} {'bound':>9}      judged over (min)  verdict (reading)")
+                 f"{'tail/h':>9} {'week':>9} {'bound':>9}      judged over (min)  verdict (reading)")
     for r in o.resources:
         verdict = "GROWS" if not r["ok"] else "ok" if r.get("judged", True) else "not judged (restarted too often)"
         lines.append(f"  {r['resource']:<28} {r['start']:9.1f} {r['end']:9.1f} {r['median_2nd_half']:9.1f} "
-                     f"{r['slope_per_h']:+9.2f} {2 * r.get('slope_se_per_h', math.nan):8.2f} {r['week']:+9.1f} "
+                     f"{r['slope_per_h']:+9.2f} {2 * r.get('slope_se_per_h', math.nan):8.2f} "
+                     f"{r.get('last_half_slope_per_h', math.nan):+9.2f} {r['week']:+9.1f} "
                      f"{r['bound']:9.1f} {r['unit']:<3} {r.get('from_min', 0):5.1f}-{r.get('to_min', 0):<5.1f} "
                      f"{verdict}" + (f" ({r['reading']})" if r.get("reading") else ""))
     for name, windows in o.staging_dips.items():

@@ -276,6 +276,14 @@ def test_noise_around_a_level_is_too_short_to_tell_and_a_steady_climb_through_it
     assert level["reading"] == "too short to tell", level
     assert rising["reading"] == "grows" and not rising["ok"], rising
     assert 0 < rising["slope_se_per_h"] < 5
+    # a steady climb keeps its pace to the end; growth that settles (a JIT's compiled code: 11 MiB
+    # at the start, +5 MiB in minutes 10-20, +0.3 MiB in minutes 70-80) slows down within the stretch
+    assert abs(rising["last_half_slope_per_h"] - 20.0) < 10, rising
+    settling = [{"t": 10.0 * k, "server_rss_mib": 90.0 - 60.0 * math.exp(-k / 150) + noise[k] / 10}
+                for k in range(450)]
+    (code,) = judge(settling, 4500.0)[0]
+    assert code["reading"] == "grows, slowing" and not code["ok"], code
+    assert code["last_half_slope_per_h"] < 0.8 * code["slope_per_h"], code
 
 
 def test_a_process_is_judged_between_the_restarts_faults_made() -> None:
