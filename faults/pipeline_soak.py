@@ -7,7 +7,7 @@ faults for N minutes, every resource sampled, the books balanced at the end.
 What runs (docs/reliability.md, "Pipeline soak"):
 
 * a 2-node reference cluster (``s2s serve --nodes 2 --data-dir DIR --replicas 1 --under-replicated
-  accept``, TTL 10 s; every FlowFile lives on both nodes, which is all a 2-node cluster can hold),
+  accept``, TTL 30 s; every FlowFile lives on both nodes, which is all a 2-node cluster can hold),
   with node 1 reached through a TCP proxy (``faults.tcpproxy``, the clients' ``peerAddressMap``)
   so the network to it can be cut mid-transaction;
 * two Spark drivers as separate processes (own process groups, ``--driver``), each a streaming
@@ -21,7 +21,8 @@ What runs (docs/reliability.md, "Pipeline soak"):
   (routed to ``rout``), each FlowFile or record carrying its id and the time it was sent, and a
   collector (this process) draining ``in2`` and ``rin2`` through the admin API, checking every
   content against its id and measuring the end-to-end latency;
-* rolling faults on a seeded schedule, one every 30-90 s, each undone: the server SIGKILLed and
+* rolling faults on a seeded schedule (``fault_plan``), one every 30-90 s, each undone; the last 7
+  minutes replay the first 7 minutes' faults, so that the latency windows meet the same ones: the server SIGKILLed and
   restarted on its data directory (both nodes live in one process), a node stopped for longer
   than the TTL, the Spark Python workers of one query SIGKILLed, one driver's whole process group
   SIGKILLed and started again on its checkpoint, the connection to node 1 cut mid-transaction, a
@@ -77,7 +78,7 @@ from faults.tcpproxy import TcpProxy
 from pyspark_s2s.client import Direction, SiteToSiteClient, SiteToSiteClientConfig
 from pyspark_s2s.errors import S2SError
 
-__all__ = ["FAULTS", "SoakConfig", "SoakOutcome", "judge", "main", "plot", "run"]
+__all__ = ["FAULTS", "PlannedFault", "SoakConfig", "SoakOutcome", "fault_plan", "judge", "main", "plot", "run"]
 
 MiB = 1 << 20
 TTL = 30  # the server's transaction TTL (s): NiFi's default
@@ -104,6 +105,9 @@ class SoakConfig:
     records_per_flowfile: int = 100
     fault_every: tuple[float, float] = (30.0, 90.0)
     faults: Sequence[str] = FAULTS
+    #: the last 7 minutes replay the first 7 minutes' faults (runs of 15 minutes or more;
+    #: ``fault_plan``), so that the latency windows compare the same faults
+    replay_early_faults: bool = True
     replicas: int = 1
     sample_every: float = 10.0
     drain_seconds: float = 240.0
@@ -624,6 +628,63 @@ def dir_bytes(path: Path, *, skip: str | None = None) -> int:
 # -- the run -----------------------------------------------------------------------------------------
 
 
+#: the latency judge compares the samples of minutes 2-7 (``EARLY_WINDOW``, seconds after the load
+#: began) with those of the last 5 minutes (``LATE_WINDOW`` seconds)
+EARLY_WINDOW = (120.0, 420.0)
+LATE_WINDOW = 300.0
+#: a run this long or longer replays, over its last ``REPLAY_SPAN`` seconds, the faults planned for
+#: its first ``REPLAY_SPAN`` (the early window and what leads into it), so that both latency windows
+#: meet the same faults at the same offsets; no other fault starts in the ``REPLAY_QUIET`` seconds
+#: before the replay
+REPLAY_SPAN = EARLY_WINDOW[1]
+REPLAY_QUIET = 60.0
+REPLAY_MIN_SECONDS = 2 * REPLAY_SPAN + REPLAY_QUIET
+#: a fault starts at its planned time, but never sooner than this after the one before it was undone
+FAULT_QUIET = 10.0
+
+
+@dataclass(frozen=True)
+class PlannedFault:
+    #: seconds after the load began: the fault starts then (or ``FAULT_QUIET`` after the fault
+    #: before it was undone, whichever is later)
+    t: float
+    kind: str
+    #: its own choices (which node, how long, which port ...) come from ``random.Random(seed)``,
+    #: so a replay repeats them
+    seed: int
+    #: the planned time of the fault it replays (None: not a replay)
+    replay_of: float | None = None
+
+
+def fault_plan(seed: int, seconds: float, kinds: Sequence[str], every: tuple[float, float] = (30.0, 90.0),
+               replay: bool = True) -> list[PlannedFault]:
+    """The run's faults, planned from its seed: start times ``every`` apart (start to start), the
+    kinds in shuffled rounds (each kind once per round). With ``replay`` and a run of
+    ``REPLAY_MIN_SECONDS`` or more, the random plan stops ``REPLAY_QUIET`` seconds before the last
+    ``REPLAY_SPAN`` seconds, which then repeat the first ``REPLAY_SPAN`` seconds' faults: the same
+    kinds at the same offsets with the same seeds. Otherwise the whole run is random and its two
+    latency windows may meet different faults (a late commit answer in one of them alone decides
+    their ratio)."""
+    lo, hi = every
+    if not kinds or lo <= 0 or hi < lo:
+        raise ValueError(f"fault_plan: need kinds and 0 < MIN <= MAX seconds apart, got {list(kinds)}, {every}")
+    rng = random.Random(seed)
+    replay_at = seconds - REPLAY_SPAN if replay and seconds >= REPLAY_MIN_SECONDS else None
+    end = seconds if replay_at is None else replay_at - REPLAY_QUIET
+    plan: list[PlannedFault] = []
+    round_: list[str] = []
+    t = rng.uniform(lo, hi)
+    while t < end:
+        if not round_:
+            round_ = list(kinds)
+            rng.shuffle(round_)
+        plan.append(PlannedFault(round(t, 1), round_.pop(), rng.getrandbits(32)))
+        t += rng.uniform(lo, hi)
+    if replay_at is not None:
+        plan += [PlannedFault(round(replay_at + f.t, 1), f.kind, f.seed, f.t) for f in plan if f.t < REPLAY_SPAN]
+    return plan
+
+
 @dataclass
 class FaultRecord:
     t: float
@@ -631,6 +692,8 @@ class FaultRecord:
     detail: str
     fired: int
     seconds: float
+    #: when the fault this one replays started (``fault_plan``), None for a fault of its own
+    replay_of: float | None = None
 
 
 @dataclass
@@ -662,7 +725,6 @@ class SoakOutcome:
 class _Soak:
     def __init__(self, cfg: SoakConfig) -> None:
         self.cfg = cfg
-        self.rng = random.Random(cfg.seed)
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.work = Path(tempfile.mkdtemp(prefix="s2s-pipeline-soak-"))
@@ -824,38 +886,35 @@ class _Soak:
             self.collected[query] += n
 
     # -- faults -------------------------------------------------------------------------------
-    def _schedule(self) -> list[str]:
-        kinds = list(self.cfg.faults)
-        order: list[str] = []
-        while len(order) < 200:
-            self.rng.shuffle(kinds)
-            order += kinds
-        return order
-
     def _fault_loop(self, srv: FaultServer, proxy: TcpProxy, drivers: dict[str, Driver]) -> None:
-        order = self._schedule()
-        lo, hi = self.cfg.fault_every
-        for kind in order:
-            if self.stop_load.wait(self.rng.uniform(lo, hi)):
+        cfg = self.cfg
+        undone = -math.inf
+        for planned in fault_plan(cfg.seed, cfg.seconds, cfg.faults, cfg.fault_every, cfg.replay_early_faults):
+            start_at = max(self.t0 + planned.t, undone + FAULT_QUIET)
+            if self.stop_load.wait(max(0.0, start_at - time.monotonic())):
                 return
             started = time.monotonic()
-            self.current_fault = kind
+            self.current_fault = planned.kind
             try:
-                detail, fired = self._inject(kind, srv, proxy, drivers)
+                detail, fired = self._inject(planned.kind, random.Random(planned.seed), srv, proxy, drivers)
             except Exception as exc:  # noqa: BLE001 - an injection that failed is a violation
                 detail, fired = f"injection failed: {type(exc).__name__}: {exc}", 0
-                self._error(f"fault {kind}: {detail}")
-            rec = FaultRecord(round(started - self.t0, 1), kind, detail, fired, round(time.monotonic() - started, 1))
+                self._error(f"fault {planned.kind}: {detail}")
+            undone = time.monotonic()
+            rec = FaultRecord(round(started - self.t0, 1), planned.kind, detail, fired, round(undone - started, 1),
+                              planned.replay_of)
             self.faults.append(rec)
             self.current_fault = ""
-            self.cfg.progress(f"pipeline-soak: t={rec.t:.0f}s fault {kind}: {detail} (fired {fired}, "
-                              f"{rec.seconds:.0f} s)")
+            again = "" if planned.replay_of is None else f", replaying t={planned.replay_of:.0f}s"
+            self.cfg.progress(f"pipeline-soak: t={rec.t:.0f}s fault {planned.kind}: {detail} (fired {fired}, "
+                              f"{rec.seconds:.0f} s{again})")
 
     def _hold(self, seconds: float) -> None:
         self.stop_all.wait(seconds)
 
-    def _inject(self, kind: str, srv: FaultServer, proxy: TcpProxy, drivers: dict[str, Driver]) -> tuple[str, int]:
-        rng, admin = self.rng, srv.admin
+    def _inject(self, kind: str, rng: random.Random, srv: FaultServer, proxy: TcpProxy,
+                drivers: dict[str, Driver]) -> tuple[str, int]:
+        admin = srv.admin
         if kind == "server_kill":
             down = rng.uniform(1.0, 4.0)
             srv.kill()
@@ -1219,6 +1278,16 @@ def _reading(slope: float, se: float, bound: float) -> str:
     return "too short to tell"
 
 
+def _slowing(points: list[tuple[float, float]], slope: float) -> tuple[float, float, bool]:
+    """The slope over the last half of ``points`` (the run's last quarter when they are its second
+    half), its standard error, and whether it lies clearly below ``slope``: growth that slows
+    down, as a JVM's compiled code does while its JIT settles (a leak at a steady rate does not)."""
+    last = points[len(points) // 2:]
+    tail = _slope(last)
+    se = _slope_se(last, tail)
+    return tail, se, not math.isnan(se) and tail + 2 * se < slope
+
+
 def _median(xs: list[float]) -> float:
     ys = sorted(xs)
     if not ys:
@@ -1315,9 +1384,14 @@ def judge(samples: list[dict[str, Any]], seconds: float, week_bound: float = 0.1
         scale = MiB if name.endswith("_bytes") else 1.0
         bound = max(week_bound * abs(med), _floor(name))
         week = slope * 168.0
+        tail, tail_se, slowing = _slowing(pts, slope)
+        reading = _reading(slope, se, bound)
+        if reading == "grows" and slowing:
+            reading = "grows, slowing"
         resources.append({"resource": name, "start": allpts[0] / scale, "end": allpts[-1] / scale,
                           "median_2nd_half": med / scale, "slope_per_h": slope / scale, "week": week / scale,
-                          "slope_se_per_h": se / scale, "reading": _reading(slope, se, bound),
+                          "slope_se_per_h": se / scale, "reading": reading,
+                          "last_half_slope_per_h": tail / scale, "last_half_slope_se_per_h": tail_se / scale,
                           "bound": bound / scale, "unit": "MiB" if name.endswith(("_bytes", "_mib")) else "",
                           "from_min": round(lo / 60, 1), "to_min": round(min(hi, seconds) / 60, 1),
                           "judged": judged, "ok": week <= bound or not judged})
@@ -1345,8 +1419,8 @@ def judge(samples: list[dict[str, Any]], seconds: float, week_bound: float = 0.1
             # a sample holds the arrivals since the sample before it (10 s by default)
             paused = any(lo < s["t"] and since <= hi for lo, hi in pauses[q])
             since = s["t"]
-            for name, inside, kept, every in (("early", 120 <= s["t"] <= 420, early, early_all),
-                                              ("late", s["t"] > seconds - 300, late, late_all)):
+            for name, inside, kept, every in (("early", EARLY_WINDOW[0] <= s["t"] <= EARLY_WINDOW[1], early, early_all),
+                                              ("late", s["t"] > seconds - LATE_WINDOW, late, late_all)):
                 if inside:
                     every.merge(h)
                     if paused:
@@ -1549,8 +1623,10 @@ def summary(o: SoakOutcome) -> str:
     kinds: dict[str, int] = {}
     for f in o.faults:
         kinds[f.fault] = kinds.get(f.fault, 0) + 1
-    lines.append(f"  faults: {len(o.faults)} ({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))}); server "
-                 f"starts {o.server_starts}; drain {o.drain_seconds:.0f} s")
+    replays = sum(1 for f in o.faults if f.replay_of is not None)
+    lines.append(f"  faults: {len(o.faults)} ({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))}"
+                 + (f"; {replays} of them in the last {REPLAY_SPAN / 60:g} minutes replaying the first's" if replays
+                    else "") + f"); server starts {o.server_starts}; drain {o.drain_seconds:.0f} s")
     for q, lat in o.latency.items():
         lines.append(f"  latency {q}: min 2-7 p50 {lat['min2to7_p50_ms']:.0f} p99 {lat['min2to7_p99_ms']:.0f} ms; "
                      f"last 5 min p50 {lat['last5_p50_ms']:.0f} p99 {lat['last5_p99_ms']:.0f} ms"
@@ -1561,11 +1637,12 @@ def summary(o: SoakOutcome) -> str:
                         if lat.get("min2to7_paused_samples", 0) + lat.get("last5_paused_samples", 0) > 0
                         and "ratio_all" in lat else ""))
     lines.append(f"  {'resource':<28} {'start':>9} {'end':>9} {'median':>9} {'slope/h':>9} {'±2 SE':>8} "
-                 f"{'week':>9} {'bound':>9}      judged over (min)  verdict (reading)")
+                 f"{'tail/h':>9} {'week':>9} {'bound':>9}      judged over (min)  verdict (reading)")
     for r in o.resources:
         verdict = "GROWS" if not r["ok"] else "ok" if r.get("judged", True) else "not judged (restarted too often)"
         lines.append(f"  {r['resource']:<28} {r['start']:9.1f} {r['end']:9.1f} {r['median_2nd_half']:9.1f} "
-                     f"{r['slope_per_h']:+9.2f} {2 * r.get('slope_se_per_h', math.nan):8.2f} {r['week']:+9.1f} "
+                     f"{r['slope_per_h']:+9.2f} {2 * r.get('slope_se_per_h', math.nan):8.2f} "
+                     f"{r.get('last_half_slope_per_h', math.nan):+9.2f} {r['week']:+9.1f} "
                      f"{r['bound']:9.1f} {r['unit']:<3} {r.get('from_min', 0):5.1f}-{r.get('to_min', 0):<5.1f} "
                      f"{verdict}" + (f" ({r['reading']})" if r.get("reading") else ""))
     for name, windows in o.staging_dips.items():
@@ -1606,7 +1683,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--record-rate", type=float, default=20_000.0, help="records/s offered to the records query")
     p.add_argument("--records-per-flowfile", type=int, default=100)
     p.add_argument("--fault-every", type=_pair, default=(30.0, 90.0), metavar="MIN,MAX",
-                   help="seconds between faults (default 30,90)")
+                   help="seconds from one fault's start to the next's (default 30,90)")
+    p.add_argument("--no-replay", action="store_true",
+                   help="do not replay the first 7 minutes' faults in the last 7 (by default runs of 15 minutes or "
+                        "more do, so that the latency windows meet the same faults)")
     p.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset of: " + ", ".join(FAULTS))
     p.add_argument("--replicas", type=int, default=1)
     p.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
@@ -1647,7 +1727,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     cfg = SoakConfig(minutes=args.minutes, seed=seed, out_dir=args.out or f"pipeline-soak-{seed}",
                      ff_rate=args.ff_rate, record_rate=args.record_rate, records_per_flowfile=args.records_per_flowfile,
-                     fault_every=args.fault_every, faults=faults, replicas=args.replicas, week_bound=args.week_bound,
+                     fault_every=args.fault_every, faults=faults, replay_early_faults=not args.no_replay,
+                     replicas=args.replicas, week_bound=args.week_bound,
                      source_options=_key_values(p, "--source-option", args.source_option),
                      driver_env=_key_values(p, "--driver-env", args.driver_env),
                      live_heap_every=args.live_heap_every, nmt_every=args.nmt_every,

@@ -19,17 +19,24 @@ import random
 import re
 import shutil
 import subprocess
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
 
 from faults.pipeline_soak import (
+    EARLY_WINDOW,
+    FAULTS,
+    LATE_WINDOW,
     RECENT_LABELS,
+    REPLAY_QUIET,
+    REPLAY_SPAN,
     Book,
     FaultRecord,
     Histogram,
     MiB,
     SoakConfig,
+    fault_plan,
     heap_range,
     heap_used_mib,
     judge,
@@ -269,6 +276,14 @@ def test_noise_around_a_level_is_too_short_to_tell_and_a_steady_climb_through_it
     assert level["reading"] == "too short to tell", level
     assert rising["reading"] == "grows" and not rising["ok"], rising
     assert 0 < rising["slope_se_per_h"] < 5
+    # a steady climb keeps its pace to the end; growth that settles (a JIT's compiled code: 11 MiB
+    # at the start, +5 MiB in minutes 10-20, +0.3 MiB in minutes 70-80) slows down within the stretch
+    assert abs(rising["last_half_slope_per_h"] - 20.0) < 10, rising
+    settling = [{"t": 10.0 * k, "server_rss_mib": 90.0 - 60.0 * math.exp(-k / 150) + noise[k] / 10}
+                for k in range(450)]
+    (code,) = judge(settling, 4500.0)[0]
+    assert code["reading"] == "grows, slowing" and not code["ok"], code
+    assert code["last_half_slope_per_h"] < 0.8 * code["slope_per_h"], code
 
 
 def test_a_process_is_judged_between_the_restarts_faults_made() -> None:
@@ -323,3 +338,48 @@ def test_latency_while_the_harness_paused_a_destination_is_left_out_of_the_drift
         h.add(15_000.0 if 1710 <= 5.0 * (k + 1) <= 1720 else 500.0, 100)
         half.append({"t": 5.0 * (k + 1), "_hist_flowfile": h})
     assert judge(half, 1800.0, faults=faults)[2]["flowfile"]["last5_paused_samples"] == 10
+
+
+def test_the_last_minutes_replay_the_first_minutes_faults_so_both_latency_windows_meet_the_same() -> None:
+    """Seed 4509's ``flowfile`` latency ratio (3.23) came from a late commit answer that the
+    schedule put in the last 5 minutes and not in minutes 2-7. The plan now replays the first 7
+    minutes' faults (kinds, offsets, their own seeds) over the last 7, so the windows compare the
+    same faults."""
+    seconds = 85 * 60.0
+    plan = fault_plan(4510, seconds, FAULTS)
+    assert plan == fault_plan(4510, seconds, FAULTS) and plan != fault_plan(4511, seconds, FAULTS)
+    replay_at = seconds - REPLAY_SPAN
+    own = [f for f in plan if f.replay_of is None]
+    again = [f for f in plan if f.replay_of is not None]
+    early = [f for f in own if f.t < REPLAY_SPAN]
+    assert len(early) >= REPLAY_SPAN // 90 and len(again) == len(early)
+    for first, replay in zip(early, again, strict=True):
+        assert (replay.kind, replay.seed, replay.replay_of) == (first.kind, first.seed, first.t)
+        assert replay.t == round(replay_at + first.t, 1)
+    # the latency windows line up: minutes 2-7 and the last 5 are the same offsets in the spans
+    assert replay_at + EARLY_WINDOW[0] == seconds - LATE_WINDOW and replay_at + EARLY_WINDOW[1] == seconds
+    # the random part stops short of the replay, and nothing of its own is planned inside it
+    assert max(f.t for f in own) < replay_at - REPLAY_QUIET
+    assert all(f.t >= replay_at for f in again) and max(f.t for f in plan) < seconds
+    # start to start 30-90 s apart, but for the quiet before the replay
+    gaps = [b.t - a.t for part in (own, again) for a, b in pairwise(part)]
+    assert all(30 - 0.11 <= g <= 90 + 0.11 for g in gaps), gaps
+    assert 30 <= again[0].t - own[-1].t <= 90 + REPLAY_QUIET + 90
+    # the kinds come in shuffled rounds: each kind once per round
+    kinds = [f.kind for f in own]
+    for k in range(0, len(kinds) - len(FAULTS) + 1, len(FAULTS)):
+        assert sorted(kinds[k:k + len(FAULTS)]) == sorted(FAULTS), kinds
+    assert len({tuple(kinds[k:k + len(FAULTS)]) for k in range(0, len(kinds) - len(FAULTS) + 1, len(FAULTS))}) > 1
+
+
+def test_short_runs_and_no_replay_plan_faults_at_random_to_the_end() -> None:
+    for seconds, replay in ((14 * 60.0, True), (85 * 60.0, False), (90.0, True)):
+        plan = fault_plan(7, seconds, ("server_kill", "late_answer"), (17.0, 20.0) if seconds < 100 else (30.0, 90.0),
+                          replay)
+        assert plan and all(f.replay_of is None for f in plan), (seconds, replay)
+        assert seconds - (20.0 if seconds < 100 else 90.0) <= plan[-1].t < seconds
+    # the dose's 4 kinds in 90 s, 17-20 s apart: each once
+    dose = fault_plan(45, 90.0, ("server_kill", "driver_kill", "workers_kill", "late_answer"), (17.0, 20.0))
+    assert sorted(f.kind for f in dose[:4]) == ["driver_kill", "late_answer", "server_kill", "workers_kill"]
+    with pytest.raises(ValueError, match="MIN <= MAX"):
+        fault_plan(1, 600.0, FAULTS, (60.0, 30.0))
