@@ -19,8 +19,9 @@ What runs (docs/reliability.md, "Pipeline soak"):
   carrying the de-duplication key), both sources staged (exactly once);
 * a producer (this process) offering a steady load into ``in`` (routed to ``out``) and ``rin``
   (routed to ``rout``), each FlowFile or record carrying its id and the time it was sent, and a
-  collector (this process) draining ``in2`` and ``rin2`` through the admin API, checking every
-  content against its id and measuring the end-to-end latency;
+  collector (this process) receiving what the sinks sent to ``in2`` and ``rin2`` from ``out2`` and
+  ``rout2`` over site-to-site, checking every content against its id and measuring the end-to-end
+  latency;
 * rolling faults on a seeded schedule (``fault_plan``), one every 30-90 s, each undone; the last 7
   minutes replay the first 7 minutes' faults, so that the latency windows meet the same ones: the server SIGKILLed and
   restarted on its data directory (both nodes live in one process), a node stopped for longer
@@ -78,7 +79,7 @@ from faults.tcpproxy import TcpProxy
 from pyspark_s2s.client import Direction, SiteToSiteClient, SiteToSiteClientConfig
 from pyspark_s2s.errors import S2SError
 
-__all__ = ["FAULTS", "PlannedFault", "SoakConfig", "SoakOutcome", "fault_plan", "judge", "main", "plot", "run"]
+__all__ = ["FAULTS", "PlannedFault", "SoakConfig", "SoakOutcome", "cut_match", "fault_plan", "judge", "main", "plot", "run"]
 
 MiB = 1 << 20
 TTL = 30  # the server's transaction TTL (s): NiFi's default
@@ -90,6 +91,13 @@ QUERIES = ("flowfile", "records")
 #: the output port each query's sink routes to, which the collector drains (and a destination_full
 #: fault fills)
 DESTINATION = {"flowfile": "out2", "records": "rout2"}
+
+#: the ports a fault picks from (with its own seed, so that a replay picks the same one): a late
+#: answer may delay any port's commit (input ports) or confirm (output ports); a cut only what passes
+#: the proxy to node 1, which the collector's receives from out2 and rout2 do not
+LATE_PORTS = ("in", "rin", "in2", "rin2", "out", "rout", "out2", "rout2")
+CUT_PORTS = {"POST": ("in", "rin", "in2", "rin2"), "GET": ("out", "rout"),
+             "DELETE": ("in", "rin", "in2", "rin2", "out", "rout")}
 
 #: the rolling faults, in the order of the issue
 FAULTS = ("server_kill", "node_down", "workers_kill", "driver_kill", "net_cut", "destination_full", "late_answer")
@@ -643,6 +651,15 @@ REPLAY_MIN_SECONDS = 2 * REPLAY_SPAN + REPLAY_QUIET
 FAULT_QUIET = 10.0
 
 
+def cut_match(method: str, port_id: str) -> str:
+    """The proxy's pattern for one port's transactions: its uploads (POST), downloads (GET) or
+    commit and confirm requests (DELETE), as the request line names them."""
+    pid = re.escape(port_id)
+    if method == "DELETE":
+        return rf"DELETE [^ ]*/{pid}/transactions/"
+    return rf"{method} [^ ]*/{pid}/transactions/[^ ]*/flow-files"
+
+
 @dataclass(frozen=True)
 class PlannedFault:
     #: seconds after the load began: the fault starts then (or ``FAULT_QUIET`` after the fault
@@ -948,8 +965,10 @@ class _Soak:
             return f"the {query} driver's process group SIGKILLed, started again on its checkpoint after {down:.1f} s", 1
         if kind == "net_cut":
             direction = rng.choice(("up", "down"))
-            match = rng.choice((r"POST [^ ]*/flow-files", r"GET [^ ]*/flow-files", r"DELETE [^ ]*/transactions/"))
-            after = rng.choice((0, 100, 5000)) if direction == "down" or "DELETE" not in match else 0
+            method = rng.choice(("POST", "GET", "DELETE"))
+            port = rng.choice(CUT_PORTS[method])
+            match = cut_match(method, admin.port(port)["id"])
+            after = rng.choice((0, 100, 5000)) if direction == "down" or method != "DELETE" else 0
             count = rng.randint(1, 3)
             rule = proxy.cut(direction, match=match, after=after, count=count, mode=rng.choice(("rst", "fin")))
             deadline = time.monotonic() + 30.0
@@ -957,7 +976,8 @@ class _Soak:
                 self._hold(0.5)
             fired = proxy.fired(rule)
             proxy.clear()
-            return f"node 1's connections cut {direction} after {after} B past {match!r} ({fired} of {count})", fired
+            return (f"node 1's connections cut {direction} after {after} B past {method} of {port}'s transactions "
+                    f"({fired} of {count})"), fired
         if kind == "destination_full":
             port, hold = rng.choice(tuple(DESTINATION.values())), rng.uniform(10.0, 25.0)
             self.paused.add(port)
@@ -970,9 +990,10 @@ class _Soak:
                 self.paused.discard(port)
             return f"{port} full for {hold:.0f} s (collector paused)", 1
         if kind == "late_answer":
-            where = rng.choice(("input-ports", "output-ports"))
+            port = rng.choice(LATE_PORTS)
             count = rng.randint(1, 2)
-            admin.fault("delay", method="DELETE", path_contains=where, seconds=LATE_ANSWER, count=count)
+            admin.fault("delay", method="DELETE", path_contains=admin.port(port)["id"], seconds=LATE_ANSWER,
+                        count=count)
             deadline = time.monotonic() + 30.0
             fired = 0
             while time.monotonic() < deadline and not self.stop_all.is_set():
@@ -981,7 +1002,8 @@ class _Soak:
                     break
                 self._hold(0.5)
             admin.clear_faults()
-            return f"{count} commit answer(s) on {where} delayed {LATE_ANSWER:.1f} s ({fired} fired)", fired
+            what = "commit" if port.startswith(("in", "rin")) else "confirm"
+            return f"{count} {what} answer(s) of {port} delayed {LATE_ANSWER:.1f} s ({fired} fired)", fired
         raise ValueError(kind)  # pragma: no cover - FAULTS and this table are kept together
 
     # -- sampling -----------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from faults.pipeline_soak import (
     Histogram,
     MiB,
     SoakConfig,
+    cut_match,
     fault_plan,
     heap_range,
     heap_used_mib,
@@ -46,6 +47,9 @@ from faults.pipeline_soak import (
     rss_split,
     run,
 )
+from pyspark_s2s.client import Direction
+from pyspark_s2s.protocol.endpoints import transaction_path
+from pyspark_s2s.server.nodes import port_id_for
 
 
 def _seed() -> int:
@@ -383,3 +387,17 @@ def test_short_runs_and_no_replay_plan_faults_at_random_to_the_end() -> None:
     assert sorted(f.kind for f in dose[:4]) == ["driver_kill", "late_answer", "server_kill", "workers_kill"]
     with pytest.raises(ValueError, match="MIN <= MAX"):
         fault_plan(1, 600.0, FAULTS, (60.0, 30.0))
+
+
+def test_a_cut_names_one_ports_transactions_as_the_client_requests_them() -> None:
+    """A replayed cut must break the same query's transactions as the first time: the pattern
+    names the port's id in the paths the client really requests (``transaction_path``)."""
+    for direction, kind, method, name, other in ((Direction.SEND, "input", "POST", "in2", "rin2"),
+                                                 (Direction.RECEIVE, "output", "GET", "out", "rout")):
+        pid, other_pid = port_id_for(name, kind), port_id_for(other, kind)
+        path = "/nifi-api" + transaction_path(direction, pid, "3f2c")
+        for m, line in ((method, f"{method} {path}/flow-files HTTP/1.1"),
+                        ("DELETE", f"DELETE {path}?responseCode=12 HTTP/1.1")):
+            assert re.search(cut_match(m, pid), line), (m, line)
+            assert not re.search(cut_match(m, other_pid), line), (m, line)
+        assert not re.search(cut_match(method, pid), f"DELETE {path}?responseCode=12 HTTP/1.1")
