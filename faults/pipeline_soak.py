@@ -95,9 +95,10 @@ DESTINATION = {"flowfile": "out2", "records": "rout2"}
 #: the ports a fault picks from (with its own seed, so that a replay picks the same one): a late
 #: answer may delay any port's commit (input ports) or confirm (output ports); a cut only what passes
 #: the proxy to node 1, which the collector's receives from out2 and rout2 do not
-LATE_PORTS = ("in", "rin", "in2", "rin2", "out", "rout", "out2", "rout2")
-CUT_PORTS = {"POST": ("in", "rin", "in2", "rin2"), "GET": ("out", "rout"),
-             "DELETE": ("in", "rin", "in2", "rin2", "out", "rout")}
+INPUT_PORTS = ("in", "rin", "in2", "rin2")
+OUTPUT_PORTS = ("out", "rout", "out2", "rout2")
+LATE_PORTS = INPUT_PORTS + OUTPUT_PORTS
+CUT_PORTS = {"POST": INPUT_PORTS, "GET": ("out", "rout"), "DELETE": INPUT_PORTS + ("out", "rout")}
 
 #: the rolling faults, in the order of the issue
 FAULTS = ("server_kill", "node_down", "workers_kill", "driver_kill", "net_cut", "destination_full", "late_answer")
@@ -1002,7 +1003,7 @@ class _Soak:
                     break
                 self._hold(0.5)
             admin.clear_faults()
-            what = "commit" if port.startswith(("in", "rin")) else "confirm"
+            what = "commit" if port in INPUT_PORTS else "confirm"
             return f"{count} {what} answer(s) of {port} delayed {LATE_ANSWER:.1f} s ({fired} fired)", fired
         raise ValueError(kind)  # pragma: no cover - FAULTS and this table are kept together
 
@@ -1125,8 +1126,8 @@ class _Soak:
     def run(self) -> SoakOutcome:
         cfg = self.cfg
         data_dir = self.work / "data"
-        srv = FaultServer(nodes=2, ttl=TTL, inputs=("in", "rin", "in2", "rin2"),
-                          outputs=("out", "rout", "out2", "rout2"), routes=("in=out", "rin=rout", "in2=out2", "rin2=rout2"), data_dir=data_dir, stderr_path=self.work / "server.log",
+        srv = FaultServer(nodes=2, ttl=TTL, inputs=INPUT_PORTS,
+                          outputs=OUTPUT_PORTS, routes=("in=out", "rin=rout", "in2=out2", "rin2=rout2"), data_dir=data_dir, stderr_path=self.work / "server.log",
                           extra=("--replicas", str(cfg.replicas), "--under-replicated", "accept"))
         proxy = TcpProxy(srv.base_port + 1, max_seconds=cfg.seconds + cfg.drain_seconds + 600)
         drivers: dict[str, Driver] = {}
