@@ -1301,6 +1301,18 @@ def _reading(slope: float, se: float, bound: float) -> str:
     return "too short to tell"
 
 
+def _hours_to_tell(se: float, bound: float, stretch_h: float) -> float:
+    """How long a stretch would tell a flat resource from one growing at twice the bound's rate,
+    were the noise about its slope to stay as it is: the length at which 2 standard errors of the
+    slope are half the bound's rate (a flat one then reads *flat*, the other *grows*). The standard
+    error of a least-squares slope over evenly spaced samples falls as the stretch's length to the
+    power 3/2; noise that wanders (a pool's high-water mark) falls more slowly, so this is the
+    least it would take. NaN where the error is unknown or the bound is zero."""
+    if math.isnan(se) or se <= 0 or bound <= 0 or stretch_h <= 0:
+        return math.nan
+    return stretch_h * max(1.0, 4 * se * 168.0 / bound) ** (2 / 3)
+
+
 def _slowing(points: list[tuple[float, float]], slope: float) -> tuple[float, float, bool]:
     """The slope over the last half of ``points`` (the run's last quarter when they are its second
     half), its standard error, and whether it lies clearly below ``slope``: growth that slows
@@ -1411,9 +1423,15 @@ def judge(samples: list[dict[str, Any]], seconds: float, week_bound: float = 0.1
         reading = _reading(slope, se, bound)
         if reading == "grows" and slowing:
             reading = "grows, slowing"
+        # the run that would tell: the judged stretch is this share of the run
+        stretch = min(hi, seconds) - lo
+        tell = (_hours_to_tell(se, bound, stretch / 3600.0) * seconds / stretch
+                if reading == "too short to tell" and stretch > 0 else math.nan)
+        if not math.isnan(tell):
+            reading += "; a run of ~" + (f"{tell:.2g} h" if tell < 48 else f"{tell / 24:.0f} days") + " would tell"
         resources.append({"resource": name, "start": allpts[0] / scale, "end": allpts[-1] / scale,
                           "median_2nd_half": med / scale, "slope_per_h": slope / scale, "week": week / scale,
-                          "slope_se_per_h": se / scale, "reading": reading,
+                          "slope_se_per_h": se / scale, "reading": reading, "run_h_to_tell": tell,
                           "last_half_slope_per_h": tail / scale, "last_half_slope_se_per_h": tail_se / scale,
                           "bound": bound / scale, "unit": "MiB" if name.endswith(("_bytes", "_mib")) else "",
                           "from_min": round(lo / 60, 1), "to_min": round(min(hi, seconds) / 60, 1),

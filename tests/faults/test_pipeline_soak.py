@@ -277,8 +277,17 @@ def test_noise_around_a_level_is_too_short_to_tell_and_a_steady_climb_through_it
     climb = [{"t": 10.0 * k, "server_rss_mib": 84.0 + noise[k] + 20.0 * k / 360} for k in range(450)]  # +20 MiB/h
     (level,) = judge(flat, 4500.0)[0]
     (rising,) = judge(climb, 4500.0)[0]
-    assert level["reading"] == "too short to tell", level
+    assert level["reading"].startswith("too short to tell; a run of ~"), level
     assert rising["reading"] == "grows" and not rising["ok"], rising
+    # the run it names tells the level from a climb at twice the bound's rate (16 MiB a week)
+    hours = level["run_h_to_tell"]
+    assert 5 < hours < 50, level
+    n = int(hours * 360)
+    for rate, reading in ((0.0, "flat"), (2 * 16.0 / 168, "grows")):
+        long = [{"t": 10.0 * k, "server_rss_mib": 84.0 + 3.0 * math.sin(k * 1.7) + 2.0 * math.cos(k * 0.37)
+                 + rate * k / 360} for k in range(n)]
+        (told,) = judge(long, 10.0 * n)[0]
+        assert told["reading"] == reading and math.isnan(told["run_h_to_tell"]), (rate, told)
     assert 0 < rising["slope_se_per_h"] < 5
     # a steady climb keeps its pace to the end; growth that settles (a JIT's compiled code: 11 MiB
     # at the start, +5 MiB in minutes 10-20, +0.3 MiB in minutes 70-80) slows down within the stretch
