@@ -195,6 +195,9 @@ class Book:
         self.other_labels: dict[int, list[str]] = {}
         self.in_doubt: dict[int, int] = {}
         self.sent = 0  # ids 0 .. sent-1 were committed (or sent in doubt and then again)
+        #: ids 0 .. sending-1 were handed to a send: a commit whose answer is late or lost may
+        #: have gone through, and its FlowFiles arrive while the producer still sends them again
+        self.sending = 0
         self.arrived = 0
         self.unexpected = 0
 
@@ -211,10 +214,19 @@ class Book:
     def committed(self, upto: int) -> None:
         with self._lock:
             self.sent = max(self.sent, upto)
-            if upto > len(self.copies):
-                grow = max(upto - len(self.copies), 1 << 16)
-                self.copies.extend(bytes(grow))
-                self.keys.extend(array("I", bytes(4 * grow)))
+            self._grow(upto)
+
+    def handed(self, upto: int) -> None:
+        """Ids below ``upto`` go to a send now: from here on they may arrive."""
+        with self._lock:
+            self.sending = max(self.sending, upto)
+            self._grow(upto)
+
+    def _grow(self, upto: int) -> None:
+        if upto > len(self.copies):
+            grow = max(upto - len(self.copies), 1 << 16)
+            self.copies.extend(bytes(grow))
+            self.keys.extend(array("I", bytes(4 * grow)))
 
     def doubted(self, units: Iterable[int]) -> None:
         with self._lock:
@@ -233,7 +245,7 @@ class Book:
                     gone, text = self.labels.popitem(last=False)
                     self._label_bytes -= sys.getsizeof(gone) + sys.getsizeof(text)
             for i in ids:
-                if i < 0 or i >= self.sent:
+                if i < 0 or i >= max(self.sent, self.sending):
                     self.unexpected += 1
                     continue
                 self.arrived += 1
@@ -797,6 +809,7 @@ class _Soak:
                     body = json.dumps([{"id": rid, "sent": sent_ms, "v": _value(rid)}
                                        for rid in range(first, first + per)], separators=(",", ":")).encode()
                     items.append((body, {"mime.type": "application/json", "soak.first": str(first)}))
+            book.handed(next_id + n)
             self._send_until_done(query, client, items, ids, per)
             next_id += n
             book.committed(next_id)
