@@ -195,6 +195,9 @@ class Book:
         self.other_labels: dict[int, list[str]] = {}
         self.in_doubt: dict[int, int] = {}
         self.sent = 0  # ids 0 .. sent-1 were committed (or sent in doubt and then again)
+        #: ids 0 .. sending-1 were handed to a send: a commit whose answer is late or lost may
+        #: have gone through, and its FlowFiles arrive while the producer still sends them again
+        self.sending = 0
         self.arrived = 0
         self.unexpected = 0
 
@@ -211,10 +214,19 @@ class Book:
     def committed(self, upto: int) -> None:
         with self._lock:
             self.sent = max(self.sent, upto)
-            if upto > len(self.copies):
-                grow = max(upto - len(self.copies), 1 << 16)
-                self.copies.extend(bytes(grow))
-                self.keys.extend(array("I", bytes(4 * grow)))
+            self._grow(upto)
+
+    def handed(self, upto: int) -> None:
+        """Ids below ``upto`` go to a send now: from here on they may arrive."""
+        with self._lock:
+            self.sending = max(self.sending, upto)
+            self._grow(upto)
+
+    def _grow(self, upto: int) -> None:
+        if upto > len(self.copies):
+            grow = max(upto - len(self.copies), 1 << 16)
+            self.copies.extend(bytes(grow))
+            self.keys.extend(array("I", bytes(4 * grow)))
 
     def doubted(self, units: Iterable[int]) -> None:
         with self._lock:
@@ -233,7 +245,7 @@ class Book:
                     gone, text = self.labels.popitem(last=False)
                     self._label_bytes -= sys.getsizeof(gone) + sys.getsizeof(text)
             for i in ids:
-                if i < 0 or i >= self.sent:
+                if i < 0 or i >= max(self.sent, self.sending):
                     self.unexpected += 1
                     continue
                 self.arrived += 1
@@ -797,6 +809,7 @@ class _Soak:
                     body = json.dumps([{"id": rid, "sent": sent_ms, "v": _value(rid)}
                                        for rid in range(first, first + per)], separators=(",", ":")).encode()
                     items.append((body, {"mime.type": "application/json", "soak.first": str(first)}))
+            book.handed(next_id + n)
             self._send_until_done(query, client, items, ids, per)
             next_id += n
             book.committed(next_id)
@@ -1301,6 +1314,18 @@ def _reading(slope: float, se: float, bound: float) -> str:
     return "too short to tell"
 
 
+def _hours_to_tell(se: float, bound: float, stretch_h: float) -> float:
+    """How long a stretch would tell a flat resource from one growing at twice the bound's rate,
+    were the noise about its slope to stay as it is: the length at which 2 standard errors of the
+    slope are half the bound's rate (a flat one then reads *flat*, the other *grows*). The standard
+    error of a least-squares slope over evenly spaced samples falls as the stretch's length to the
+    power 3/2; noise that wanders (a pool's high-water mark) falls more slowly, so this is the
+    least it would take. NaN where the error is unknown or the bound is zero."""
+    if math.isnan(se) or se <= 0 or bound <= 0 or stretch_h <= 0:
+        return math.nan
+    return stretch_h * max(1.0, 4 * se * 168.0 / bound) ** (2 / 3)
+
+
 def _slowing(points: list[tuple[float, float]], slope: float) -> tuple[float, float, bool]:
     """The slope over the last half of ``points`` (the run's last quarter when they are its second
     half), its standard error, and whether it lies clearly below ``slope``: growth that slows
@@ -1411,9 +1436,15 @@ def judge(samples: list[dict[str, Any]], seconds: float, week_bound: float = 0.1
         reading = _reading(slope, se, bound)
         if reading == "grows" and slowing:
             reading = "grows, slowing"
+        # the run that would tell: the judged stretch is this share of the run
+        stretch = min(hi, seconds) - lo
+        tell = (_hours_to_tell(se, bound, stretch / 3600.0) * seconds / stretch
+                if reading == "too short to tell" and stretch > 0 else math.nan)
+        if not math.isnan(tell):
+            reading += "; a run of ~" + (f"{tell:.2g} h" if tell < 48 else f"{tell / 24:.0f} days") + " would tell"
         resources.append({"resource": name, "start": allpts[0] / scale, "end": allpts[-1] / scale,
                           "median_2nd_half": med / scale, "slope_per_h": slope / scale, "week": week / scale,
-                          "slope_se_per_h": se / scale, "reading": reading,
+                          "slope_se_per_h": se / scale, "reading": reading, "run_h_to_tell": tell,
                           "last_half_slope_per_h": tail / scale, "last_half_slope_se_per_h": tail_se / scale,
                           "bound": bound / scale, "unit": "MiB" if name.endswith(("_bytes", "_mib")) else "",
                           "from_min": round(lo / 60, 1), "to_min": round(min(hi, seconds) / 60, 1),

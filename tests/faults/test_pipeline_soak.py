@@ -144,6 +144,19 @@ def test_the_book_counts_lost_keys_and_in_doubt_units() -> None:
     assert (t["ids"], t["lost"], t["first_lost"], t["unexpected"]) == (30, 1, 29, 1)
     assert t["copies_beyond_first"] == 3 and t["under_other_keys"] == 2
     assert (t["unexplained"], t["unexplained_ids"]) == (1, [4])
+    # ids 30-39 go to a send whose commit answer is late: NiFi committed them, so they may arrive
+    # before the producer, sending them again, calls them committed (seed 4511's "never sent")
+    book.handed(40)
+    book.record(range(30, 40), key=11)
+    book.record([45], key=11)  # beyond any send
+    t = book.tally()
+    assert (t["ids"], t["lost"], t["unexpected"]) == (30, 1, 2)
+    book.doubted([3])
+    book.committed(40)
+    book.record(range(30, 40), key=12)  # the copies sent again, under the sink's next key
+    t = book.tally()
+    assert (t["ids"], t["lost"], t["unexpected"], t["unexplained"]) == (40, 1, 2, 1)
+    assert t["under_other_keys"] == 12 and t["copies_beyond_first"] == 13
 
 
 def test_the_books_size_is_what_python_allocated_for_it() -> None:
@@ -277,8 +290,17 @@ def test_noise_around_a_level_is_too_short_to_tell_and_a_steady_climb_through_it
     climb = [{"t": 10.0 * k, "server_rss_mib": 84.0 + noise[k] + 20.0 * k / 360} for k in range(450)]  # +20 MiB/h
     (level,) = judge(flat, 4500.0)[0]
     (rising,) = judge(climb, 4500.0)[0]
-    assert level["reading"] == "too short to tell", level
+    assert level["reading"].startswith("too short to tell; a run of ~"), level
     assert rising["reading"] == "grows" and not rising["ok"], rising
+    # the run it names tells the level from a climb at twice the bound's rate (16 MiB a week)
+    hours = level["run_h_to_tell"]
+    assert 5 < hours < 50, level
+    n = int(hours * 360)
+    for rate, reading in ((0.0, "flat"), (2 * 16.0 / 168, "grows")):
+        long = [{"t": 10.0 * k, "server_rss_mib": 84.0 + 3.0 * math.sin(k * 1.7) + 2.0 * math.cos(k * 0.37)
+                 + rate * k / 360} for k in range(n)]
+        (told,) = judge(long, 10.0 * n)[0]
+        assert told["reading"] == reading and math.isnan(told["run_h_to_tell"]), (rate, told)
     assert 0 < rising["slope_se_per_h"] < 5
     # a steady climb keeps its pace to the end; growth that settles (a JIT's compiled code: 11 MiB
     # at the start, +5 MiB in minutes 10-20, +0.3 MiB in minutes 70-80) slows down within the stretch
