@@ -97,8 +97,11 @@ DESTINATION = {"flowfile": "out2", "records": "rout2"}
 #: the proxy to node 1, which the collector's receives from out2 and rout2 do not
 INPUT_PORTS = ("in", "rin", "in2", "rin2")
 OUTPUT_PORTS = ("out", "rout", "out2", "rout2")
+#: each input port routes to the output port beside it (in=out, rin=rout, in2=out2, rin2=rout2)
+ROUTES = tuple(f"{i}={o}" for i, o in zip(INPUT_PORTS, OUTPUT_PORTS))
 LATE_PORTS = INPUT_PORTS + OUTPUT_PORTS
-CUT_PORTS = {"POST": INPUT_PORTS, "GET": ("out", "rout"), "DELETE": INPUT_PORTS + ("out", "rout")}
+_PROXIED_OUTPUTS = tuple(p for p in OUTPUT_PORTS if p not in DESTINATION.values())
+CUT_PORTS = {"POST": INPUT_PORTS, "GET": _PROXIED_OUTPUTS, "DELETE": INPUT_PORTS + _PROXIED_OUTPUTS}
 
 #: the rolling faults, in the order of the issue
 FAULTS = ("server_kill", "node_down", "workers_kill", "driver_kill", "net_cut", "destination_full", "late_answer")
@@ -195,8 +198,8 @@ class Book:
         self.other_labels: dict[int, list[str]] = {}
         self.in_doubt: dict[int, int] = {}
         self.sent = 0  # ids 0 .. sent-1 were committed (or sent in doubt and then again)
-        #: ids 0 .. sending-1 were handed to a send: a commit whose answer is late or lost may
-        #: have gone through, and its FlowFiles arrive while the producer still sends them again
+        #: ids 0 .. sending-1 were handed to a send (or committed): a commit whose answer is late or
+        #: lost may have gone through, and its FlowFiles arrive while the producer still sends them again
         self.sending = 0
         self.arrived = 0
         self.unexpected = 0
@@ -214,6 +217,7 @@ class Book:
     def committed(self, upto: int) -> None:
         with self._lock:
             self.sent = max(self.sent, upto)
+            self.sending = max(self.sending, upto)
             self._grow(upto)
 
     def handed(self, upto: int) -> None:
@@ -245,7 +249,7 @@ class Book:
                     gone, text = self.labels.popitem(last=False)
                     self._label_bytes -= sys.getsizeof(gone) + sys.getsizeof(text)
             for i in ids:
-                if i < 0 or i >= max(self.sent, self.sending):
+                if i < 0 or i >= self.sending:
                     self.unexpected += 1
                     continue
                 self.arrived += 1
@@ -1140,7 +1144,7 @@ class _Soak:
         cfg = self.cfg
         data_dir = self.work / "data"
         srv = FaultServer(nodes=2, ttl=TTL, inputs=INPUT_PORTS,
-                          outputs=OUTPUT_PORTS, routes=("in=out", "rin=rout", "in2=out2", "rin2=rout2"), data_dir=data_dir, stderr_path=self.work / "server.log",
+                          outputs=OUTPUT_PORTS, routes=ROUTES, data_dir=data_dir, stderr_path=self.work / "server.log",
                           extra=("--replicas", str(cfg.replicas), "--under-replicated", "accept"))
         proxy = TcpProxy(srv.base_port + 1, max_seconds=cfg.seconds + cfg.drain_seconds + 600)
         drivers: dict[str, Driver] = {}
