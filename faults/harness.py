@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 import socket
 import subprocess
 import tempfile
@@ -122,12 +123,30 @@ class Ledger:
             }
 
 
+def _ephemeral_low() -> int:
+    """The lowest port the system hands out to outgoing connections (Linux's
+    ``ip_local_port_range``; 32768 where it cannot be read)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port_block(count: int, attempts: int = 50) -> int:
-    """A base port such that ``base .. base+count-1`` are all free on 127.0.0.1 right now."""
-    for _ in range(attempts):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = int(probe.getsockname()[1])
+    """A base port such that ``base .. base+count-1`` are all free on 127.0.0.1 right now: below
+    the system's ephemeral range where there is room, so that no outgoing connection (a client's,
+    Spark's) takes a node's port while the node is stopped, or the port an added node is given
+    (a CI run lost an added node to a client's ephemeral port); otherwise one the system picks."""
+    rng = random.SystemRandom()
+    low, high = 10_000, _ephemeral_low() - count
+    for i in range(attempts):
+        if high > low and i < attempts - 10:
+            base = rng.randrange(low, high)
+        else:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                base = int(probe.getsockname()[1])
         if base + count > 65535:
             continue
         held: list[socket.socket] = []

@@ -22,6 +22,9 @@ What runs (docs/reliability.md, "Pipeline soak"):
   collector (this process) receiving what the sinks sent to ``in2`` and ``rin2`` from ``out2`` and
   ``rout2`` over site-to-site, checking every content against its id and measuring the end-to-end
   latency;
+* the run's clock (t = 0 for the load, the samples, the fault plan and the latency windows) starts
+  when both queries have carried a first unit through their sinks (``_warm_up``), so that no fault
+  meets a pipeline still starting;
 * rolling faults on a seeded schedule (``fault_plan``), one every 30-90 s, each undone; the last 7
   minutes replay the first 7 minutes' faults, so that the latency windows meet the same ones: the server SIGKILLed and
   restarted on its data directory (both nodes live in one process), a node stopped for longer
@@ -666,6 +669,9 @@ REPLAY_QUIET = 60.0
 REPLAY_MIN_SECONDS = 2 * REPLAY_SPAN + REPLAY_QUIET
 #: a fault starts at its planned time, but never sooner than this after the one before it was undone
 FAULT_QUIET = 10.0
+#: the longest the run waits, after starting the drivers, for both queries to carry their first unit
+#: before its clock (load, samples, fault plan) starts anyway (``_warm_up``)
+WARM_UP_LIMIT = 300.0
 
 
 def cut_match(method: str, port_id: str) -> str:
@@ -750,6 +756,9 @@ class SoakOutcome:
     load: str = ""
     #: the drivers' extra environment (``--driver-env``)
     driver_env: dict[str, str] = field(default_factory=dict)
+    #: seconds from the drivers' start until both queries carried their first unit, when the run's
+    #: clock started (NaN: a run from before the warm-up, whose clock started with the drivers)
+    warm_up_seconds: float = math.nan
 
     @property
     def ok(self) -> bool:
@@ -784,40 +793,50 @@ class _Soak:
         self.collected = {"flowfile": 0, "records": 0}  # ids collected (copies included)
         self.schemas: set[str] = set()
         self.t0 = 0.0
+        #: seconds from the drivers' start until both queries carried their first unit (``_warm_up``)
+        self.warm_up = math.nan
 
     def _error(self, what: str) -> None:
         self.errors.append(what)
         self.cfg.progress(f"pipeline-soak: {what}")
 
     # -- producer -----------------------------------------------------------------------------
+    def _per(self, query: str) -> int:
+        return 1 if query == "flowfile" else self.cfg.records_per_flowfile
+
     def _producer(self, query: str, client: SiteToSiteClient) -> None:
-        cfg, book = self.cfg, self.books[query]
+        cfg = self.cfg
         rate = cfg.ff_rate if query == "flowfile" else cfg.record_rate
-        per = 1 if query == "flowfile" else cfg.records_per_flowfile
-        next_id = 0
+        per = self._per(query)
+        next_id = self.committed[query]  # after the first unit (``_warm_up``)
         while not self.stop_load.is_set():
             due = int(rate * (time.monotonic() - self.t0)) - next_id
             if due < per:
                 self.stop_load.wait(0.1)
                 continue
             n = min(due, 4000 if query == "flowfile" else 40 * per) // per * per
-            ids = range(next_id, next_id + n)
-            sent_ms = int(time.time() * 1000)
-            if query == "flowfile":
-                items = [(content_for(_fid(i), _ff_size(i)),
-                          {"fault.id": _fid(i), "fault.size": str(_ff_size(i)), "soak.sent": str(sent_ms)})
-                         for i in ids]
-            else:
-                items = []
-                for first in range(next_id, next_id + n, per):
-                    body = json.dumps([{"id": rid, "sent": sent_ms, "v": _value(rid)}
-                                       for rid in range(first, first + per)], separators=(",", ":")).encode()
-                    items.append((body, {"mime.type": "application/json", "soak.first": str(first)}))
-            book.handed(next_id + n)
-            self._send_until_done(query, client, items, ids, per)
+            self._send_ids(query, client, next_id, n)
             next_id += n
-            book.committed(next_id)
-            self.committed[query] = next_id
+
+    def _send_ids(self, query: str, client: SiteToSiteClient, next_id: int, n: int) -> None:
+        """Ids ``next_id`` .. ``next_id + n - 1`` sent and committed (again until NiFi took them)."""
+        book, per = self.books[query], self._per(query)
+        ids = range(next_id, next_id + n)
+        sent_ms = int(time.time() * 1000)
+        if query == "flowfile":
+            items = [(content_for(_fid(i), _ff_size(i)),
+                      {"fault.id": _fid(i), "fault.size": str(_ff_size(i)), "soak.sent": str(sent_ms)})
+                     for i in ids]
+        else:
+            items = []
+            for first in range(next_id, next_id + n, per):
+                body = json.dumps([{"id": rid, "sent": sent_ms, "v": _value(rid)}
+                                   for rid in range(first, first + per)], separators=(",", ":")).encode()
+                items.append((body, {"mime.type": "application/json", "soak.first": str(first)}))
+        book.handed(next_id + n)
+        self._send_until_done(query, client, items, ids, per)
+        book.committed(next_id + n)
+        self.committed[query] = next_id + n
 
     def _send_until_done(self, query: str, client: SiteToSiteClient, items: list[tuple[bytes, dict[str, str]]],
                          ids: range, per: int) -> None:
@@ -1112,7 +1131,8 @@ class _Soak:
 
     def _sampling(self, srv: FaultServer, drivers: dict[str, Driver], out: IO[str], hists: IO[str]) -> None:
         writer: csv.DictWriter[str] | None = None
-        last: dict[str, Any] = {}
+        last: dict[str, Any] = {"_mono": self.t0, **{f"_committed_{q}": self.committed[q] for q in QUERIES},
+                                **{f"_collected_{q}": self.collected[q] for q in QUERIES}}
         while not self.stop_all.wait(self.cfg.sample_every):
             try:
                 s = self._sample(srv, drivers, last)
@@ -1140,6 +1160,32 @@ class _Soak:
                 f"{s['queued_node0']}/{s['queued_node1']}")
 
     # -- the whole run -------------------------------------------------------------------------
+    def _warm_up(self, clients: list[SiteToSiteClient], drivers: dict[str, Driver]) -> None:
+        """The run's clock starts when both queries are running: each is sent its first unit (a
+        FlowFile; a record set), and the load, the samples and the fault plan begin once both have
+        come out of their sinks (the drivers' JVMs, their first streaming batch and the Python data
+        source's planner take 20 s here, over a minute on a slower machine). A fault planned for the
+        first seconds of a run would otherwise meet a pipeline that is still starting: a late answer
+        finds no answer to delay, and the latency window of minutes 2-7 measures the start's
+        backlog. Bounded by ``WARM_UP_LIMIT``: a query that carries nothing by then is a violation,
+        and the run goes on."""
+        started = time.monotonic()
+        for q, client in zip(QUERIES, clients, strict=False):
+            self._send_ids(q, client, 0, self._per(q))
+        deadline = started + WARM_UP_LIMIT
+        while time.monotonic() < deadline and not all(self.collected.values()):
+            time.sleep(0.5)
+            for d in drivers.values():
+                if d.restart_if_exited():
+                    self.cfg.progress(f"pipeline-soak: the {d.query} driver exited while starting; started again")
+        self.warm_up = round(time.monotonic() - started, 1)
+        for q in QUERIES:
+            if not self.collected[q]:
+                self._error(f"{q}: its first unit did not come out of the sink within {WARM_UP_LIMIT:.0f} s of the "
+                            "drivers' start; the load began anyway")
+        self.cfg.progress(f"pipeline-soak: both queries carried their first unit {self.warm_up:.0f} s after the "
+                          "drivers' start; the load and the faults begin (t=0)")
+
     def run(self) -> SoakOutcome:
         cfg = self.cfg
         data_dir = self.work / "data"
@@ -1170,17 +1216,23 @@ class _Soak:
                     urls=srv.url, port_name=port, timeout=CLIENT_TIMEOUT, penalization_period=1.0,
                     peer_refresh_interval=5.0, batch_count=count)) for port, count in (("out2", 1000), ("rout2", 100))]
                 clients += receivers
-                self.t0 = time.monotonic()
-                threads = [threading.Thread(target=self._produce, args=(q, c), name=f"soak-produce-{q}", daemon=True)
-                           for q, c in zip(QUERIES, clients, strict=False)]
-                threads += [threading.Thread(target=self._collect, args=(q, c), name=f"soak-collect-{q}", daemon=True)
-                            for q, c in zip(QUERIES, receivers, strict=True)]
-                threads += [threading.Thread(target=self._sampler, args=(srv, drivers, out), name="soak-sample",
-                                             daemon=True),
-                            threading.Thread(target=self._fault_loop, args=(srv, proxy, drivers), name="soak-faults",
-                                             daemon=True)]
+                threads = [threading.Thread(target=self._collect, args=(q, c), name=f"soak-collect-{q}", daemon=True)
+                           for q, c in zip(QUERIES, receivers, strict=True)]
                 for th in threads:
                     th.start()
+                self._warm_up(clients, drivers)
+                self.t0 = time.monotonic()
+                with self.hist_lock:  # the first units' latency is the drivers' start, not the load's
+                    self.hist = {q: Histogram() for q in QUERIES}
+                load = [threading.Thread(target=self._produce, args=(q, c), name=f"soak-produce-{q}", daemon=True)
+                        for q, c in zip(QUERIES, clients, strict=False)]
+                load += [threading.Thread(target=self._sampler, args=(srv, drivers, out), name="soak-sample",
+                                          daemon=True),
+                         threading.Thread(target=self._fault_loop, args=(srv, proxy, drivers), name="soak-faults",
+                                          daemon=True)]
+                for th in load:
+                    th.start()
+                threads += load
                 end = self.t0 + cfg.seconds
                 while time.monotonic() < end:
                     time.sleep(1.0)
@@ -1254,7 +1306,7 @@ class _Soak:
             driver_starts={q: d.starts for q, d in drivers.items()},
             query_restarts=self.query_restarts,
             server_starts=srv.starts, violations=v, drain_seconds=round(drain, 1),
-            load=_uptime(), driver_env=dict(cfg.driver_env))
+            load=_uptime(), driver_env=dict(cfg.driver_env), warm_up_seconds=self.warm_up)
 
 
 # -- the verdict -------------------------------------------------------------------------------------
@@ -1684,7 +1736,9 @@ def summary(o: SoakOutcome) -> str:
     replays = sum(1 for f in o.faults if f.replay_of is not None)
     lines.append(f"  faults: {len(o.faults)} ({', '.join(f'{k} {n}' for k, n in sorted(kinds.items()))}"
                  + (f"; {replays} of them in the last {REPLAY_SPAN / 60:g} minutes replaying the first's" if replays
-                    else "") + f"); server starts {o.server_starts}; drain {o.drain_seconds:.0f} s")
+                    else "") + f"); server starts {o.server_starts}; drain {o.drain_seconds:.0f} s"
+                 + ("" if math.isnan(o.warm_up_seconds) else
+                    f"; clock started {o.warm_up_seconds:.0f} s after the drivers, when both carried a first unit"))
     for q, lat in o.latency.items():
         lines.append(f"  latency {q}: min 2-7 p50 {lat['min2to7_p50_ms']:.0f} p99 {lat['min2to7_p99_ms']:.0f} ms; "
                      f"last 5 min p50 {lat['last5_p50_ms']:.0f} p99 {lat['last5_p99_ms']:.0f} ms"

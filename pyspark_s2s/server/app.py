@@ -9,12 +9,14 @@ Must not import: ``pyspark_s2s.client``, third-party packages.
 
 from __future__ import annotations
 
+import errno
 import logging
 import ssl
 import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from pyspark_s2s.server.faults import FaultRegistry
 from pyspark_s2s.server.http import DEFAULT_IDLE_TIMEOUT, NodeServer
@@ -28,8 +30,29 @@ __all__ = ["Advertise", "ServerApp"]
 logger = logging.getLogger(__name__)
 
 
+#: how many ports an added node tries, from the one after the cluster's highest, before its
+#: admin request is refused
+PORT_SEARCH = 64
+
+_L = TypeVar("_L")
+
+
 def _url_host(host: str) -> str:
     return "localhost" if host in ("", "0.0.0.0", "::") else host
+
+
+def _listen(make: Callable[[int], _L], port: int, search: bool) -> _L:
+    """``make(port)``, or with ``search`` (and a port of our choosing) ``make`` of the ports after
+    it while the one before is taken, up to ``PORT_SEARCH`` of them."""
+    tries = PORT_SEARCH if search and port else 1
+    for attempt in range(tries - 1):
+        try:
+            return make(port + attempt)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            logger.info("port %d is taken; trying %d", port + attempt, port + attempt + 1)
+    return make(port + tries - 1)
 
 
 @dataclass(frozen=True)
@@ -164,17 +187,20 @@ class ServerApp:
             self._cleaner.start()
         return started
 
-    def _bind(self, node: Node) -> Node:
+    def _bind(self, node: Node, search: bool = False) -> Node:
+        """``node`` listening (and serving RAW too, with a RAW base port); with ``search``, a
+        taken port moves it on to the next, up to ``PORT_SEARCH`` ports."""
         with self._lifecycle:
-            server = NodeServer(
-                (self.cluster.host, node.port_number), self, node, self.ssl_context, self.idle_timeout
+            server = _listen(
+                lambda p: NodeServer((self.cluster.host, p), self, node, self.ssl_context, self.idle_timeout),
+                node.port_number, search,
             )
             node.port_number = int(server.server_address[1])
             node.url = f"{self.scheme}://{_url_host(self.cluster.host)}:{node.port_number}/nifi"
             node.host = _url_host(self.cluster.host)
             if self.raw_base_port is not None:
                 try:
-                    self._bind_raw(node)
+                    self._bind_raw(node, search)
                 except BaseException:
                     server.server_close()
                     raise
@@ -192,14 +218,19 @@ class ServerApp:
             self.cluster.node_started(node)  # load-balanced routes: what waited for it goes to it
             return node
 
-    def _bind_raw(self, node: Node) -> None:
+    def _bind_raw(self, node: Node, search: bool = False) -> None:
         assert self.raw_base_port is not None
         port = self._raw_ports.get(node.index)
         if port is None:
             port = 0
             if self.raw_base_port:
                 port = max(self._raw_ports.values(), default=self.raw_base_port - 1) + 1
-        raw = RawNodeServer((self.cluster.host, port), self, node, self.raw_ssl_context, self.idle_timeout)
+        else:
+            search = False  # a node started again listens where it did
+        raw = _listen(
+            lambda p: RawNodeServer((self.cluster.host, p), self, node, self.raw_ssl_context, self.idle_timeout),
+            port, search,
+        )
         self._raw_ports[node.index] = int(raw.server_address[1])
         thread = threading.Thread(
             target=raw.serve_forever, kwargs={"poll_interval": 0.1}, name=f"s2s-node-{node.index}-raw", daemon=True
@@ -247,12 +278,22 @@ class ServerApp:
             return self._bind(node)
 
     def add_node(self, port: int | None = None) -> Node:
+        """A node more. Without ``port`` it listens on the port after the cluster's highest, or
+        the first free one after that (any other process may hold the next: a client's
+        ephemeral port, another server), or on one the system picks when the server has no base
+        port; its RAW port likewise. A node that cannot listen is not added."""
         with self._lifecycle:
+            search = port is None and bool(self.base_port)
             if port is None:
                 port = 0
                 if self.base_port:
                     port = max(n.port_number for n in self.cluster.nodes) + 1 if self.cluster.nodes else self.base_port
-            return self._bind(self.cluster.new_node(port))
+            node = self.cluster.new_node(port)
+            try:
+                return self._bind(node, search=search)
+            except BaseException:
+                self.cluster.retract_node(node)
+                raise
 
     def remove_node(self, index: int) -> Node:
         with self._lifecycle:

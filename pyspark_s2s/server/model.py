@@ -176,6 +176,21 @@ class Cluster(TransactionTable, LoadBalancedRoutes):
                 self._save_members()
             return node
 
+    def retract_node(self, node: Node) -> None:
+        """Undo :meth:`new_node` for a node that never listened (its port was taken): out of the
+        node list and the member set, its store gone, as if it had not been added."""
+        with self.lock:
+            if node in self.nodes:
+                self.nodes.remove(node)
+            if node.index == self._next_index - 1:
+                self._next_index -= 1  # the next node takes its number
+            if node.index in self.members:
+                self.members.remove(node.index)
+                self._save_members()
+            if node.store is not None:
+                node.store.destroy()
+                node.store = None
+
     def _open_store(self, node: Node) -> None:
         assert self.data_dir is not None
         node.store = NodeStore(Path(self.data_dir) / f"node-{node.index}", self.snapshot_every)

@@ -228,3 +228,21 @@ def test_node_removed_mid_transaction_then_one_added() -> None:
     assert all(o is not None and o.startswith("failed") for o in held_outcomes.values()), held_outcomes
     assert new_url in sender.peers and receiver.peers.count(new_url) >= 1
     assert victim not in sender.peers[removed_at[0]:] and victim not in receiver.peers[removed_at[1]:]
+
+
+def test_the_fault_servers_ports_lie_below_the_ephemeral_range_where_no_client_takes_them() -> None:
+    """A stopped node's port, and the port an added node is given, must not be taken by an
+    outgoing connection meanwhile (a CI run: a client's ephemeral port was the one after the
+    cluster's highest). So the block lies below the system's ephemeral range, and is free."""
+    import socket
+
+    from faults.harness import _ephemeral_low, free_port_block
+
+    low = _ephemeral_low()
+    assert low > 10_000 + 16  # Linux's default range starts at 32768
+    for _ in range(5):
+        base = free_port_block(4)
+        assert 10_000 <= base and base + 4 <= low
+        for port in range(base, base + 4):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port))

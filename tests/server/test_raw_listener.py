@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import requests
 from rawpeer import RawPeer
-from serverproc import ServerProcess, ServerThread
+from serverproc import AdminError, ServerProcess, ServerThread
 
 from pyspark_s2s.errors import ProtocolError
 from pyspark_s2s.protocol import raw
@@ -552,27 +552,63 @@ def test_receive_whose_client_stops_reading_is_ended_and_rolled_back(srv: Server
 # -- the command line ---------------------------------------------------------------------------
 
 
-def _free_pair() -> int:
-    """A port P with P and P+1 free at the time of asking."""
+def _free_run(n: int) -> int:
+    """A port P with P .. P+n-1 free at the time of asking."""
     for _ in range(50):
         with socket.socket() as a:
             a.bind(("127.0.0.1", 0))
             p = a.getsockname()[1]
-            if p >= 65535:
-                continue
+        if p + n - 1 > 65535:
+            continue
+        free = True
+        for q in range(p, p + n):
             with socket.socket() as b:
                 try:
-                    b.bind(("127.0.0.1", p + 1))
+                    b.bind(("127.0.0.1", q))
                 except OSError:
-                    continue
-        return int(p)
-    raise AssertionError("no two adjacent free ports")
+                    free = False
+                    break
+        if free:
+            return int(p)
+    raise AssertionError(f"no {n} adjacent free ports")
 
 
 def test_fixed_raw_port_node_k_listens_on_port_plus_k() -> None:
-    base = _free_pair()
+    base = _free_run(2)
     with ServerThread("--input-port", "in", "--raw-port", str(base), nodes=2) as srv:
         assert [raw_port(srv, k) for k in range(2)] == [base, base + 1]
+
+
+def test_an_added_node_steps_over_taken_ports_and_one_that_cannot_listen_is_not_added() -> None:
+    """The port after the cluster's highest may belong to any other process (in a CI run a
+    client's ephemeral port once held it): an added node takes the next free one, HTTP and RAW
+    alike. A node whose asked-for port is taken is refused and leaves no trace in the cluster."""
+    base = _free_run(8)  # HTTP base .. base+3, RAW base+4 .. base+7
+    with ServerThread("--input-port", "in", "--port", str(base), "--raw-port", str(base + 4), nodes=2) as srv, \
+            socket.socket() as http_taken, socket.socket() as raw_taken:
+        http_taken.bind(("127.0.0.1", base + 2))
+        http_taken.listen()
+        raw_taken.bind(("127.0.0.1", base + 6))
+        raw_taken.listen()
+        added = srv.admin.add_node()
+        assert (added["index"], added["url"]) == (2, f"http://127.0.0.1:{base + 3}/nifi")
+        info = requests.get(added["url"] + "-api/site-to-site", timeout=10).json()
+        assert info["controller"]["remoteSiteListeningPort"] == base + 7
+        with RawPeer(base + 7) as peer:  # it serves RAW there
+            assert peer.open(srv.port_id("in")).code is ResponseCode.PROPERTIES_OK
+            assert peer.send_flowfiles(FLOWFILES).code is ResponseCode.TRANSACTION_FINISHED
+            peer.shutdown()
+        assert srv.admin.queued("in", node=2) == len(FLOWFILES)
+        with pytest.raises(AdminError) as refused:
+            srv.admin.add_node(base + 2)
+        assert refused.value.status == 409 and "cannot listen" in str(refused.value)
+        assert [(n["index"], n["alive"]) for n in srv.admin.nodes()] == [(0, True), (1, True), (2, True)]
+        peers = requests.get(srv.api() + "/site-to-site/peers", timeout=10,
+                             headers={"x-nifi-site-to-site-protocol-version": "1"}).json()["peers"]
+        assert sorted(p["port"] for p in peers) == [base, base + 1, base + 3]
+        # the next node is numbered as if the refused one had never been asked for
+        http_taken.close()
+        assert srv.admin.add_node()["index"] == 3
 
 
 @pytest.mark.parametrize(
