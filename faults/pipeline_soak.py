@@ -1164,11 +1164,11 @@ class _Soak:
         """The run's clock starts when both queries are running: each is sent its first unit (a
         FlowFile; a record set), and the load, the samples and the fault plan begin once both have
         come out of their sinks (the drivers' JVMs, their first streaming batch and the Python data
-        source's planner take 20 s here, over a minute on a slower machine). A fault planned for the
-        first seconds of a run would otherwise meet a pipeline that is still starting: a late answer
-        finds no answer to delay, and the latency window of minutes 2-7 measures the start's
-        backlog. Bounded by ``WARM_UP_LIMIT``: a query that carries nothing by then is a violation,
-        and the run goes on."""
+        source's planner took 40 s in a 25-minute run here, over 50 s in a CI run of the dose). A
+        fault planned for the first seconds of a run would otherwise meet a pipeline that is still
+        starting: a late answer finds no answer to delay, and the latency window of minutes 2-7
+        measures the start's backlog. Bounded by ``WARM_UP_LIMIT``: a query that carries nothing by
+        then is a violation, and the run goes on."""
         started = time.monotonic()
         for q, client in zip(QUERIES, clients, strict=False):
             self._send_ids(q, client, 0, self._per(q))
